@@ -1,0 +1,31 @@
+# The two commands of the README: `make demo` and `make test`.
+# Both create .venv if missing and install the pinned dependencies (torch==2.13.0 is the CPU
+# wheel on the project machines; a bare `torch` would download a multi-GB CUDA build).
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+CORES  ?= 2
+
+.PHONY: demo test install clean-demo
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/snakemake --profile profiles/local --configfile config/smoke.yaml --cores $(CORES)
+	@echo "demo finished: tables in results/tables/, figures in results/figures/"
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+clean-demo:
+	rm -rf data results logs benchmarks .snakemake

@@ -1,0 +1,28 @@
+"""dpmed: three studies of differentially private deep learning on medical images.
+
+    snakemake --profile profiles/local --configfile config/smoke.yaml   # tiny synthetic grid
+    snakemake --profile profiles/slurm                                   # paper grids (config/config.yaml)
+
+See README.md for partial reruns and real data.
+"""
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+# config/config.yaml unless the command line names whole config files (--configfile), which
+# then replace it instead of being merged into it.
+if not workflow.config_settings.configfiles:
+
+    configfile: "config/config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        data_targets(),

@@ -1,0 +1,43 @@
+"""Config validation, target lists and wildcard constraints shared by every rule file."""
+
+import sys
+from pathlib import Path
+
+# The library lives in src/. Snakemake puts this process's sys.path into the preamble of every
+# `script:` job (local, conda or SLURM), so `dpmed` imports there whether or not it is installed.
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+
+from dpmed.config.checks import check_config
+from dpmed.config.wildcards import WILDCARD_PATTERNS
+
+
+GRID = check_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
+DATASETS = GRID.datasets()
+CONDA_ENV = "../envs/dpmed.yaml"
+
+
+wildcard_constraints:
+    **WILDCARD_PATTERNS,
+
+
+def raw_folder(dataset):
+    """data/raw/<dataset> (generated) or the user's folder of the real download."""
+    raw = config["data"][dataset]["raw"]
+    return f"data/raw/{dataset}" if raw == "synthetic" else raw
+
+
+def processed_files(dataset):
+    """The files the preprocess rule of `dataset` writes (FeTS keeps one file per subject)."""
+    folder = f"data/processed/{dataset}"
+    if dataset == "fets":
+        return [f"{folder}/splits.csv", f"{folder}/meta.json"]
+    return [f"{folder}/{name}" for name in ("train.npz", "val.npz", "test.npz", "meta.json")]
+
+
+def data_targets():
+    """Processed data of every dataset in use, plus the cross-study data table and figures."""
+    targets = [f for dataset in DATASETS for f in processed_files(dataset)]
+    targets += ["results/tables/datasets.csv", "results/figures/data_overview.png"]
+    if "fets" in DATASETS:
+        targets.append("results/figures/fets_fig1_patients_per_institution.png")
+    return targets

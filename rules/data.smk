@@ -1,0 +1,106 @@
+"""Data stage: synthetic raw data (public raw formats) → processed arrays → data overview."""
+
+
+rule synthesize:
+    output:
+        directory("data/raw/{dataset}"),
+    params:
+        cfg=lambda wc: config["data"][wc.dataset],
+    log:
+        "logs/synthesize/{dataset}.log",
+    resources:
+        mem_mb=8000,
+        runtime=120,
+    conda:
+        CONDA_ENV
+    script:
+        "../workflow/scripts/synthesize.py"
+
+
+rule preprocess:
+    input:
+        raw=lambda wc: raw_folder(wc.dataset),
+    output:
+        multiext("data/processed/{dataset}/", "train.npz", "val.npz", "test.npz", "meta.json"),
+    wildcard_constraints:
+        dataset="duke|umn|covidct|bloodmnist|pneumoniamnist|dermamnist",
+    params:
+        cfg=lambda wc: config["data"][wc.dataset],
+    log:
+        "logs/preprocess/{dataset}.log",
+    resources:
+        mem_mb=16000,
+        runtime=120,
+    conda:
+        CONDA_ENV
+    script:
+        "../workflow/scripts/preprocess.py"
+
+
+rule preprocess_fets:
+    input:
+        raw=lambda wc: raw_folder("fets"),
+    output:
+        splits="data/processed/fets/splits.csv",
+        meta="data/processed/fets/meta.json",
+        subjects=directory("data/processed/fets/subjects"),
+    params:
+        cfg=lambda wc: config["data"]["fets"],
+    log:
+        "logs/preprocess/fets.log",
+    resources:
+        mem_mb=8000,
+        runtime=480,
+    conda:
+        CONDA_ENV
+    script:
+        "../workflow/scripts/preprocess.py"
+
+
+rule datasets_table:
+    input:
+        meta=expand("data/processed/{dataset}/meta.json", dataset=DATASETS),
+    output:
+        multiext("results/tables/datasets", ".csv", ".md"),
+    params:
+        datasets=DATASETS,
+    log:
+        "logs/datasets_table.log",
+    conda:
+        CONDA_ENV
+    script:
+        "../workflow/scripts/datasets_table.py"
+
+
+rule data_overview:
+    input:
+        [f for dataset in DATASETS for f in processed_files(dataset)],
+    output:
+        multiext("results/figures/data_overview", ".png", ".pdf"),
+    params:
+        datasets=DATASETS,
+    log:
+        "logs/data_overview.log",
+    conda:
+        CONDA_ENV
+    script:
+        "../workflow/scripts/data_overview.py"
+
+
+rule fets_figure1:
+    input:
+        "data/processed/fets/splits.csv",
+    output:
+        multiext("results/figures/fets_fig1_patients_per_institution", ".png", ".pdf"),
+    log:
+        "logs/fets_figure1.log",
+    conda:
+        CONDA_ENV
+    script:
+        "../workflow/scripts/fets_figure1.py"
+
+
+localrules:
+    datasets_table,
+    data_overview,
+    fets_figure1,

@@ -1,0 +1,1 @@
+"""Configuration: schema validation, semantic checks and grid expansion for the Snakefile."""

@@ -1,0 +1,41 @@
+"""Shared fixtures: repository paths and one smoke run of the data stage reused by tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+DATA_STAGE_TARGETS = ["datasets_table", "data_overview", "fets_figure1"]
+
+
+def run_snakemake(*args: str, cwd: Path = REPO, check: bool = True) -> subprocess.CompletedProcess:
+    """Run Snakemake on the repository's Snakefile; output captured as text."""
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    cmd = [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), *args]
+    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def run_data_stage(workdir: Path) -> None:
+    """Run the data stage of the smoke config in `workdir`."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    run_snakemake(
+        "--directory", str(workdir), "--configfile", str(REPO / "config" / "smoke.yaml"),
+        "--cores", "2", *DATA_STAGE_TARGETS,
+    )
+
+
+@pytest.fixture(scope="session")
+def smoke_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A working directory where the smoke data stage has run once."""
+    workdir = tmp_path_factory.mktemp("smoke_data")
+    run_data_stage(workdir)
+    return workdir

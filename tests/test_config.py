@@ -1,0 +1,191 @@
+"""Config schema, semantic checks and grid expansion."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+from snakemake_interface_common.exceptions import WorkflowError
+
+from dpmed.config.checks import check_config
+from dpmed.config.grid import job_seed
+from dpmed.config.wildcards import EPS_PATTERN, WILDCARD_PATTERNS, format_eps, parse_eps
+from dpmed.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = REPO / "config" / "schema.yaml"
+
+
+def load(name: str) -> dict:
+    return yaml.safe_load((REPO / "config" / name).read_text())
+
+
+@pytest.fixture
+def smoke() -> dict:
+    return load("smoke.yaml")
+
+
+def test_paper_grid_sizes_match_hand_count():
+    grid = check_config(load("config.yaml"), SCHEMA)
+    # seg: per model × morph × seed, 1 non-private + 4 clip rules at eps 200.
+    duke, umn, covid = 3 * 10 * 5 * 3, 2 * 7 * 5 * 3, 2 * 7 * 5 * 3
+    assert len(grid.jobs("seg")) == duke + umn + covid == 870
+    # fets: simagg, dp_simagg {paper, sound} × {1, 10}, fedavg, dp_fedavg sound × {1, 10}.
+    assert len(grid.jobs("fets")) == 1 + 4 + 1 + 2
+    # xcal: 78 main + 12 centralized + 54 clients×shift + 60 ablation, minus the 6 + 12 cells
+    # that blocks 3 and 4 share with block 1.
+    assert len(grid.jobs("xcal")) == 78 + 12 + 54 + 60 - 6 - 12
+    assert grid.datasets() == ["fets", "duke", "umn", "covidct", "bloodmnist",
+                               "pneumoniamnist", "dermamnist"]
+
+
+def test_smoke_grid_covers_every_value(smoke):
+    grid = check_config(smoke, SCHEMA)
+    assert len(grid.jobs("seg")) == 5 + 4 + 4 + 4
+    seen = {(s, k, v) for s in ("seg", "fets", "xcal") for j in grid.jobs(s) for k, v in j.wildcards}
+    for value in ("unet", "unetpp", "lfunet", "infnet"):
+        assert ("seg", "model", value) in seen
+    for value in ("none", "flat", "nsgd", "autos", "psac"):
+        assert ("seg", "clip", value) in seen
+    for value in ("fedavg", "simagg", "dp_simagg", "dp_fedavg"):
+        assert ("fets", "aggregator", value) in seen
+    for value in ("none", "paper", "sound"):
+        assert ("fets", "dpmode", value) in seen
+    for value in ("nondp", "centralized", "static", "agp", "xcal"):
+        assert ("xcal", "method", value) in seen
+    for value in ("iid", "label", "covariate"):
+        assert ("xcal", "shift", value) in seen
+
+
+def test_every_job_path_matches_the_wildcard_constraints():
+    grid = check_config(load("config.yaml"), SCHEMA)
+    for study in ("seg", "fets", "xcal"):
+        for job in grid.jobs(study):
+            for wildcard, value in job.wildcards:
+                assert re.fullmatch(WILDCARD_PATTERNS[wildcard], value), (wildcard, value)
+
+
+def test_block_params_override_defaults():
+    grid = check_config(load("config.yaml"), SCHEMA)
+    umn = grid.params("seg", {"dataset": "umn", "model": "unet", "clip": "flat",
+                              "morph": "none", "eps": "200", "seed": "0"})
+    assert umn["lr"] == 0.0003 and umn["epochs"] == 50
+    outside = grid.params("seg", {"dataset": "umn", "model": "unet", "clip": "flat",
+                                  "morph": "none", "eps": "8", "seed": "0"})
+    assert outside["lr"] == 0.001  # a target outside the grid runs with the study defaults
+
+
+def test_schema_fills_defaults(smoke):
+    del smoke["data"]["duke"]["grader"]
+    check_config(smoke, SCHEMA)
+    assert smoke["data"]["duke"]["grader"] == 1 and smoke["device"] == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "key"),
+    [
+        (("seg", "grid", 0, "eps", 0), 0, "['eps']"),
+        (("seg", "grid", 0, "eps", 0), -1.5, "['eps']"),
+        (("seg", "defaults", "delta"), 0.0, "['delta']"),
+        (("fets", "defaults", "delta"), 1.0, "['delta']"),
+        (("seg", "grid", 0, "models", 0), "resnet50", "['models']"),
+        (("xcal", "grid", 0, "methods", 0), "fedprox", "['methods']"),
+        (("seg", "grid", 0, "datasets", 0), "brats", "['datasets']"),
+        (("fets", "defaults", "participation"), 0, "['participation']"),
+        (("fets", "defaults", "participation"), 1.5, "['participation']"),
+        (("data", "duke", "split"), [0.6, 0.2], "['split']"),
+        (("seg", "defaults", "epochs"), 0, "['epochs']"),
+        (("seg", "defaults", "unknown_key"), 1, "unknown_key"),
+    ],
+)
+def test_schema_errors_name_the_key(smoke, path, value, key):
+    node = smoke
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+    with pytest.raises(WorkflowError) as info:
+        check_config(smoke, SCHEMA)
+    assert key in str(info.value)
+
+
+def test_conflicting_params_for_one_job(smoke):
+    block = copy.deepcopy(smoke["seg"]["grid"][0])
+    block["params"] = {"lr": 0.5}
+    smoke["seg"]["grid"].append(block)
+    with pytest.raises(ConfigError, match=r"seg\.grid\[4\].*seg\.grid\[0\]"):
+        check_config(smoke, SCHEMA)
+
+
+def test_same_job_in_two_blocks_with_same_params_is_fine(smoke):
+    smoke["seg"]["grid"].append(copy.deepcopy(smoke["seg"]["grid"][0]))
+    assert len(check_config(smoke, SCHEMA).jobs("seg")) == 17
+
+
+def test_block_without_valid_combination(smoke):
+    smoke["seg"]["grid"][0].update(clips=["none"], eps=[8])
+    with pytest.raises(ConfigError, match=r"seg\.grid\[0\].*clip 'none'"):
+        check_config(smoke, SCHEMA)
+
+
+def test_used_dataset_must_be_configured(smoke):
+    del smoke["data"]["umn"]
+    with pytest.raises(ConfigError, match=r"data\.umn"):
+        check_config(smoke, SCHEMA)
+
+
+def test_real_data_folder_must_exist(smoke, tmp_path):
+    smoke["data"]["duke"]["raw"] = str(tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match=r"data\.duke\.raw.*nowhere"):
+        check_config(smoke, SCHEMA)
+
+
+def test_split_fractions_must_sum_to_one(smoke):
+    smoke["data"]["umn"]["split"] = [0.6, 0.3, 0.3]
+    with pytest.raises(ConfigError, match=r"data\.umn\.split"):
+        check_config(smoke, SCHEMA)
+
+
+def test_xcal_preset_must_exist(smoke):
+    smoke["xcal"]["grid"][1]["methods"] = ["xcal-margin"]
+    with pytest.raises(ConfigError, match=r"xcal\.grid\[1\]\.methods.*presets\.margin"):
+        check_config(smoke, SCHEMA)
+
+
+def test_quantiles_must_be_ordered(smoke):
+    smoke["seg"]["defaults"]["quantiles"] = [85, 20]
+    with pytest.raises(ConfigError, match=r"seg\.defaults\.quantiles"):
+        check_config(smoke, SCHEMA)
+
+
+def test_yaml_infinity_and_string_inf_are_the_same_cell(smoke):
+    smoke["seg"]["grid"][0]["eps"] = [50, float("inf")]
+    with_float = [j.path for j in check_config(smoke, SCHEMA).jobs("seg")]
+    smoke["seg"]["grid"][0]["eps"] = [50, "inf"]
+    assert with_float == [j.path for j in check_config(smoke, SCHEMA).jobs("seg")]
+
+
+@given(st.floats(min_value=1e-9, max_value=1e12, allow_nan=False) | st.integers(1, 10**9))
+def test_format_eps_round_trips_and_matches_the_constraint(eps):
+    text = format_eps(eps)
+    assert re.fullmatch(EPS_PATTERN, text)
+    assert parse_eps(text) == float(eps)
+
+
+def test_job_seed_is_a_stable_hash():
+    wc = {"aggregator": "fedavg", "dpmode": "none", "eps": "inf", "seed": "3"}
+    text = "\x1f".join(["fets", "aggregator=fedavg", "dpmode=none", "eps=inf", "seed=3"])
+    expected = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") % 2**32
+    assert job_seed("fets", wc) == expected
+    code = ("from dpmed.config.grid import job_seed;"
+            f"print(job_seed('fets', {wc!r}))")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={"PYTHONHASHSEED": "123", "PYTHONPATH": str(REPO / "src")})
+    assert int(other.stdout) == expected

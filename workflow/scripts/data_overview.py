@@ -1,0 +1,9 @@
+"""Rule data_overview: one sample and its mask per dataset."""
+
+from dpmed.logs import log_to
+from dpmed.report.data import data_overview
+
+smk = snakemake  # noqa: F821 (injected by Snakemake)
+with log_to(smk.log[0]):
+    folders = {name: f"data/processed/{name}" for name in smk.params.datasets}
+    data_overview(folders, smk.output[0])
