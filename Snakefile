@@ -6,16 +6,18 @@
 See README.md for partial reruns and real data.
 """
 
+from pathlib import Path
+
 from snakemake.utils import min_version
 
 min_version("9.0")
 
 
-# config/config.yaml unless the command line names whole config files (--configfile), which
-# then replace it instead of being merged into it.
+# config/config.yaml (next to this file, whatever --directory says) unless the command line
+# names whole config files (--configfile), which then replace it instead of being merged into it.
 if not workflow.config_settings.configfiles:
 
-    configfile: "config/config.yaml"
+    configfile: Path(workflow.basedir) / "config" / "config.yaml"
 
 
 include: "rules/common.smk"

@@ -28,8 +28,13 @@ def run_data_stage(workdir: Path) -> None:
     """Run the data stage of the smoke config in `workdir`."""
     workdir.mkdir(parents=True, exist_ok=True)
     run_snakemake(
-        "--directory", str(workdir), "--configfile", str(REPO / "config" / "smoke.yaml"),
-        "--cores", "2", *DATA_STAGE_TARGETS,
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(REPO / "config" / "smoke.yaml"),
+        "--cores",
+        "2",
+        *DATA_STAGE_TARGETS,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -11,10 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dpmed.data.splits import split_counts, split_subjects
 from dpmed.errors import ConfigError
 from dpmed.io import atomic_dir, atomic_path, write_json
 from dpmed.logs import log_to
-from dpmed.data.splits import split_counts, split_subjects
 from dpmed.report.data import datasets_table
 from dpmed.report.style import save_figure, to_markdown
 
@@ -65,7 +66,7 @@ def test_split_counts_partition_every_item(n, a, b, c):
     except ConfigError:
         return  # too few items for this split
     assert sum(counts) == n
-    assert all(k >= 1 for k, f in zip(counts, fractions) if f > 0)
+    assert all(k >= 1 for k, f in zip(counts, fractions, strict=True) if f > 0)
 
 
 def test_split_subjects_is_a_seeded_partition():
@@ -104,23 +105,64 @@ def test_figures_are_byte_identical(tmp_path):
 
 
 def test_datasets_table_concatenates_meta_counts(tmp_path):
-    write_json(tmp_path / "a.json", {"counts": [
-        {"split": "train", "unit": "images", "count": 3, "institution": "all",
-         "class_name": "all"}]})
-    write_json(tmp_path / "b.json", {"counts": [
-        {"split": "val", "unit": "subjects", "count": 2, "institution": "7",
-         "class_name": "all"}]})
-    frame = datasets_table({"a": tmp_path / "a.json", "b": tmp_path / "b.json"},
-                           tmp_path / "datasets.csv")
-    expected = pd.DataFrame({
-        "dataset": ["a", "b"], "split": ["train", "val"], "institution": ["all", "7"],
-        "class_name": ["all", "all"], "unit": ["images", "subjects"], "count": [3, 2]})
+    write_json(
+        tmp_path / "a.json",
+        {
+            "counts": [
+                {
+                    "split": "train",
+                    "unit": "images",
+                    "count": 3,
+                    "institution": "all",
+                    "class_name": "all",
+                }
+            ]
+        },
+    )
+    write_json(
+        tmp_path / "b.json",
+        {
+            "counts": [
+                {
+                    "split": "val",
+                    "unit": "subjects",
+                    "count": 2,
+                    "institution": "7",
+                    "class_name": "all",
+                }
+            ]
+        },
+    )
+    frame = datasets_table(
+        {"a": tmp_path / "a.json", "b": tmp_path / "b.json"}, tmp_path / "datasets.csv"
+    )
+    expected = pd.DataFrame(
+        {
+            "dataset": ["a", "b"],
+            "split": ["train", "val"],
+            "institution": ["all", "7"],
+            "class_name": ["all", "all"],
+            "unit": ["images", "subjects"],
+            "count": [3, 2],
+        }
+    )
     pd.testing.assert_frame_equal(frame, expected)
     assert (tmp_path / "datasets.csv").read_text().splitlines()[0] == (
-        "dataset,split,institution,class_name,unit,count")
+        "dataset,split,institution,class_name,unit,count"
+    )
     assert "| a | train | all | all | images | 3 |" in (tmp_path / "datasets.md").read_text()
 
 
 def test_markdown_formats_floats():
     text = to_markdown(pd.DataFrame({"x": [0.123456], "y": ["a"]}))
     assert text == "| x | y |\n| --- | --- |\n| 0.1235 | a |\n"
+
+
+def test_atomic_outputs_get_normal_permissions(tmp_path):
+    write_json(tmp_path / "a.json", {})
+    with atomic_dir(tmp_path / "d"):
+        pass
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o666 & ~mask
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o777 & ~mask

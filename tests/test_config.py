@@ -18,6 +18,7 @@ from snakemake_interface_common.exceptions import WorkflowError
 from dpmed.config.checks import check_config
 from dpmed.config.grid import job_seed
 from dpmed.config.wildcards import EPS_PATTERN, WILDCARD_PATTERNS, format_eps, parse_eps
+from dpmed.data.registry import DATASETS
 from dpmed.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,14 +44,18 @@ def test_paper_grid_sizes_match_hand_count():
     # xcal: 78 main + 12 centralized + 54 clients×shift + 60 ablation, minus the 6 + 12 cells
     # that blocks 3 and 4 share with block 1.
     assert len(grid.jobs("xcal")) == 78 + 12 + 54 + 60 - 6 - 12
-    assert grid.datasets() == ["fets", "duke", "umn", "covidct", "bloodmnist",
-                               "pneumoniamnist", "dermamnist"]
+    assert grid.datasets() == list(DATASETS)  # every dataset, in registry order
 
 
 def test_smoke_grid_covers_every_value(smoke):
     grid = check_config(smoke, SCHEMA)
     assert len(grid.jobs("seg")) == 5 + 4 + 4 + 4
-    seen = {(s, k, v) for s in ("seg", "fets", "xcal") for j in grid.jobs(s) for k, v in j.wildcards}
+    seen = {
+        (study, key, value)
+        for study in ("seg", "fets", "xcal")
+        for job in grid.jobs(study)
+        for key, value in job.wildcards
+    }
     for value in ("unet", "unetpp", "lfunet", "infnet"):
         assert ("seg", "model", value) in seen
     for value in ("none", "flat", "nsgd", "autos", "psac"):
@@ -75,11 +80,29 @@ def test_every_job_path_matches_the_wildcard_constraints():
 
 def test_block_params_override_defaults():
     grid = check_config(load("config.yaml"), SCHEMA)
-    umn = grid.params("seg", {"dataset": "umn", "model": "unet", "clip": "flat",
-                              "morph": "none", "eps": "200", "seed": "0"})
+    umn = grid.params(
+        "seg",
+        {
+            "dataset": "umn",
+            "model": "unet",
+            "clip": "flat",
+            "morph": "none",
+            "eps": "200",
+            "seed": "0",
+        },
+    )
     assert umn["lr"] == 0.0003 and umn["epochs"] == 50
-    outside = grid.params("seg", {"dataset": "umn", "model": "unet", "clip": "flat",
-                                  "morph": "none", "eps": "8", "seed": "0"})
+    outside = grid.params(
+        "seg",
+        {
+            "dataset": "umn",
+            "model": "unet",
+            "clip": "flat",
+            "morph": "none",
+            "eps": "8",
+            "seed": "0",
+        },
+    )
     assert outside["lr"] == 0.001  # a target outside the grid runs with the study defaults
 
 
@@ -184,8 +207,11 @@ def test_job_seed_is_a_stable_hash():
     text = "\x1f".join(["fets", "aggregator=fedavg", "dpmode=none", "eps=inf", "seed=3"])
     expected = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") % 2**32
     assert job_seed("fets", wc) == expected
-    code = ("from dpmed.config.grid import job_seed;"
-            f"print(job_seed('fets', {wc!r}))")
-    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           env={"PYTHONHASHSEED": "123", "PYTHONPATH": str(REPO / "src")})
+    code = f"from dpmed.config.grid import job_seed;print(job_seed('fets', {wc!r}))"
+    other = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONHASHSEED": "123", "PYTHONPATH": str(REPO / "src")},
+    )
     assert int(other.stdout) == expected

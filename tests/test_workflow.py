@@ -11,8 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, run_data_stage, run_snakemake
+from conftest import DATA_STAGE_TARGETS, REPO, run_data_stage, run_snakemake
 
+from dpmed.data.registry import DATASETS
 from dpmed.data.synthetic.fets import REAL_PARTITION_SIZES
 
 pytestmark = pytest.mark.slow
@@ -20,8 +21,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("profile", ["local", "slurm"])
 def test_dry_run_of_the_paper_config(profile, tmp_path):
-    result = run_snakemake("-n", "--profile", str(REPO / "profiles" / profile),
-                           "--directory", str(tmp_path))
+    result = run_snakemake(
+        "-n", "--profile", str(REPO / "profiles" / profile), "--directory", str(tmp_path)
+    )
     assert re.search(r"total\s+\d+", result.stdout)
 
 
@@ -35,8 +37,9 @@ def test_bad_config_fails_naming_the_key(tmp_path):
     config["fets"]["grid"][0]["eps"] = [0, "inf"]
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(config))
-    result = run_snakemake("-n", "--configfile", str(path), "--directory", str(tmp_path),
-                           check=False)
+    result = run_snakemake(
+        "-n", "--configfile", str(path), "--directory", str(tmp_path), check=False
+    )
     assert result.returncode != 0
     assert "['fets']['grid'][0]['eps'][0]" in result.stdout + result.stderr
 
@@ -56,26 +59,32 @@ def test_data_stage_is_byte_identical_across_runs(smoke_data, tmp_path):
     first, second = _digests(smoke_data, folders), _digests(tmp_path / "again", folders)
     assert first == second
     names = set(first)
-    for expected in ("results/tables/datasets.csv", "results/tables/datasets.md",
-                     "results/figures/data_overview.png", "results/figures/data_overview.pdf",
-                     "results/figures/fets_fig1_patients_per_institution.png"):
+    for expected in (
+        "results/tables/datasets.csv",
+        "results/tables/datasets.md",
+        "results/figures/data_overview.png",
+        "results/figures/data_overview.pdf",
+        "results/figures/fets_fig1_patients_per_institution.png",
+    ):
         assert expected in names
 
 
 def test_datasets_table_counts(smoke_data):
     table = pd.read_csv(smoke_data / "results/tables/datasets.csv")
-    assert set(table["dataset"]) == {"fets", "duke", "umn", "covidct", "bloodmnist",
-                                     "pneumoniamnist", "dermamnist"}
+    assert set(table["dataset"]) == set(DATASETS)
     # FeTS: subjects of all institutions = the 33 real partition sizes scaled by 0.03, >= 2.
-    fets = table[(table.dataset == "fets") & (table.unit == "subjects")
-                 & (table.institution != "all")]
+    fets = table[
+        (table.dataset == "fets") & (table.unit == "subjects") & (table.institution != "all")
+    ]
     expected = sum(max(2, int(n * 0.03 + 0.5)) for n in REAL_PARTITION_SIZES)
     assert fets["count"].sum() == expected
     assert fets["institution"].nunique() == 33
-    # MedMNIST: official splits with the configured counts.
+    # MedMNIST: official splits with the configured counts; per-class rows add up to them.
     blood = table[(table.dataset == "bloodmnist") & (table.unit == "images")]
-    per_split = blood.groupby("split")["count"].sum().to_dict()
-    assert per_split == {"train": 160, "val": 40, "test": 60}
+    totals = blood[blood.class_name == "all"].set_index("split")["count"].to_dict()
+    per_class = blood[blood.class_name != "all"].groupby("split")["count"].sum().to_dict()
+    assert totals == per_class == {"train": 160, "val": 40, "test": 60}
+    assert blood[blood.class_name != "all"]["class_name"].nunique() == 8
     # Duke: 10 subjects split 6/2/2, n_annotated = 3 B-scans each.
     duke = table[(table.dataset == "duke") & (table.class_name == "all")]
     subjects = duke[duke.unit == "subjects"].set_index("split")["count"].to_dict()
@@ -92,7 +101,12 @@ def test_processed_metadata_names_its_dataset(smoke_data):
 
 
 def test_nothing_reruns_after_a_complete_run(smoke_data):
-    result = run_snakemake("-n", "--directory", str(smoke_data), "--configfile",
-                           str(REPO / "config" / "smoke.yaml"), "datasets_table",
-                           "data_overview", "fets_figure1")
+    result = run_snakemake(
+        *DATA_STAGE_TARGETS,
+        "-n",
+        "--directory",
+        str(smoke_data),
+        "--configfile",
+        str(REPO / "config" / "smoke.yaml"),
+    )
     assert "Nothing to be done" in result.stdout + result.stderr

@@ -58,7 +58,9 @@ def _check_seg(seg: Mapping[str, Any]) -> None:
         if "quantiles" in params:
             low, high = params["quantiles"]
             if not low < high:
-                raise ConfigError(f"seg.{where}.quantiles", f"need q_low < q_high, got {low}, {high}")
+                raise ConfigError(
+                    f"seg.{where}.quantiles", f"need q_low < q_high, got {low}, {high}"
+                )
 
 
 def _check_xcal(xcal: Mapping[str, Any], grid: Grid) -> None:
@@ -66,7 +68,9 @@ def _check_xcal(xcal: Mapping[str, Any], grid: Grid) -> None:
         if "brightness" in params:
             low, high = params["brightness"]
             if not low <= high:
-                raise ConfigError(f"xcal.{where}.brightness", f"need low <= high, got {low}, {high}")
+                raise ConfigError(
+                    f"xcal.{where}.brightness", f"need low <= high, got {low}, {high}"
+                )
     for job in grid.jobs("xcal"):
         method = job.wc["method"]
         if not method.startswith("xcal"):
@@ -83,5 +87,9 @@ def _check_xcal(xcal: Mapping[str, Any], grid: Grid) -> None:
 def _param_sets(section: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     """The defaults and every block's params override, with their key paths."""
     sets = [("defaults", section["defaults"])]
-    sets += [(f"grid[{i}].params", b["params"]) for i, b in enumerate(section["grid"]) if "params" in b]
+    sets += [
+        (f"grid[{i}].params", block["params"])
+        for i, block in enumerate(section["grid"])
+        if "params" in block
+    ]
     return sets

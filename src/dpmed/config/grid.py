@@ -72,22 +72,34 @@ STUDIES: dict[str, Study] = {
     "seg": Study(
         "seg",
         "results/seg/{dataset}/{model}/{clip}/{morph}/eps{eps}/seed{seed}",
-        (("datasets", "dataset"), ("models", "model"), ("clips", "clip"),
-         ("morphs", "morph"), ("eps", "eps"), ("seeds", "seed")),
+        (
+            ("datasets", "dataset"),
+            ("models", "model"),
+            ("clips", "clip"),
+            ("morphs", "morph"),
+            ("eps", "eps"),
+            ("seeds", "seed"),
+        ),
         _seg_invalid,
     ),
     "fets": Study(
         "fets",
         "results/fets/{aggregator}/{dpmode}/eps{eps}/seed{seed}",
-        (("aggregators", "aggregator"), ("dpmodes", "dpmode"), ("eps", "eps"),
-         ("seeds", "seed")),
+        (("aggregators", "aggregator"), ("dpmodes", "dpmode"), ("eps", "eps"), ("seeds", "seed")),
         _fets_invalid,
     ),
     "xcal": Study(
         "xcal",
         "results/xcal/{dataset}/{model}/{method}/{shift}/c{clients}/eps{eps}/seed{seed}",
-        (("datasets", "dataset"), ("models", "model"), ("methods", "method"),
-         ("shifts", "shift"), ("clients", "clients"), ("eps", "eps"), ("seeds", "seed")),
+        (
+            ("datasets", "dataset"),
+            ("models", "model"),
+            ("methods", "method"),
+            ("shifts", "shift"),
+            ("clients", "clients"),
+            ("eps", "eps"),
+            ("seeds", "seed"),
+        ),
         _xcal_invalid,
     ),
 }
@@ -169,8 +181,7 @@ class Grid:
     def __init__(self, config: Mapping[str, Any]) -> None:
         self._config = config
         self._jobs = {
-            study: {job.wildcards: job for job in expand_study(config, study)}
-            for study in STUDIES
+            study: {job.wildcards: job for job in expand_study(config, study)} for study in STUDIES
         }
 
     def jobs(self, study: str) -> list[Job]:

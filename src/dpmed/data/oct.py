@@ -235,6 +235,9 @@ def source_files(raw_dir: Path, dataset: str) -> list[str]:
 
 
 def _kind(value: object) -> str:
+    """Describe a MATLAB value for error messages."""
+    if isinstance(value, list):
+        return f"a cell array of {len(value)} cells"
     if isinstance(value, np.ndarray):
         return f"an array of dtype {value.dtype} and shape {value.shape}"
     return type(value).__name__

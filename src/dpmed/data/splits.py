@@ -19,7 +19,9 @@ def split_counts(n: int, fractions: Sequence[float], key: str = "split") -> list
     head = n - sum(tail)
     counts = [head, *tail]
     if head < 1 or any(c < 1 for c, f in zip(counts, fractions, strict=True) if f > 0):
-        raise ConfigError(key, f"{n} subjects cannot be split as {list(fractions)}: a split is empty")
+        raise ConfigError(
+            key, f"{n} subjects cannot be split as {list(fractions)}: a split is empty"
+        )
     return counts
 
 

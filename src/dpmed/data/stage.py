@@ -17,14 +17,20 @@ def synthesize(dataset: str, cfg: Mapping[str, Any], raw_dir: str | Path) -> Non
     seed = stable_seed("synthetic", dataset, cfg["synthetic"].get("seed", 0))
     start = time.perf_counter()
     generator_module(dataset).generate(Path(raw_dir), dataset, dict(cfg), seed)
-    print(f"[synthesize] {dataset}: wrote {raw_dir} in {time.perf_counter() - start:.1f} s "
-          f"(seed {seed})", flush=True)
+    print(
+        f"[synthesize] {dataset}: wrote {raw_dir} in {time.perf_counter() - start:.1f} s "
+        f"(seed {seed})",
+        flush=True,
+    )
 
 
-def preprocess(dataset: str, cfg: Mapping[str, Any], raw_dir: str | Path,
-               out_dir: str | Path) -> None:
+def preprocess(
+    dataset: str, cfg: Mapping[str, Any], raw_dir: str | Path, out_dir: str | Path
+) -> None:
     """Read `raw_dir` with the family loader (validating it) and write `out_dir`."""
     start = time.perf_counter()
     family_module(dataset).preprocess(Path(raw_dir), Path(out_dir), dataset, dict(cfg))
-    print(f"[preprocess] {dataset}: {raw_dir} -> {out_dir} in "
-          f"{time.perf_counter() - start:.1f} s", flush=True)
+    print(
+        f"[preprocess] {dataset}: {raw_dir} -> {out_dir} in {time.perf_counter() - start:.1f} s",
+        flush=True,
+    )

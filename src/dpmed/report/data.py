@@ -4,6 +4,7 @@ patients-per-institution bar chart (paper 000, Fig. 1)."""
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -18,8 +19,16 @@ from dpmed.report.style import save_figure, write_table
 
 COUNT_COLUMNS = ["dataset", "split", "institution", "class_name", "unit", "count"]
 # Label colours: 0 transparent, then distinct colours for up to 8 foreground labels (FeTS 4 → 4).
-_LABEL_COLOURS = ["#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00", "#ffff33",
-                  "#a65628", "#f781bf"]
+_LABEL_COLOURS = [
+    "#e41a1c",
+    "#377eb8",
+    "#4daf4a",
+    "#984ea3",
+    "#ff7f00",
+    "#ffff33",
+    "#a65628",
+    "#f781bf",
+]
 
 
 def datasets_table(meta_paths: Mapping[str, str | Path], csv_path: str | Path) -> pd.DataFrame:
@@ -40,14 +49,17 @@ def _label_colour_map(labels: list[int]) -> dict[int, str]:
 def data_overview(processed_dirs: Mapping[str, str | Path], png_path: str | Path) -> None:
     """One column per dataset: the sample image on top, its mask overlaid below (segmentation)
     or the class names (classification)."""
-    panels = [(name, p) for name, d in processed_dirs.items()
-              for p in family_module(name).overview_panels(Path(d))]
+    panels = [
+        p
+        for name, d in processed_dirs.items()
+        for p in family_module(name).overview_panels(Path(d))
+    ]
     fig, axes = plt.subplots(2, len(panels), figsize=(2.4 * len(panels), 5.2), squeeze=False)
-    for column, (dataset, panel) in enumerate(panels):
+    for column, panel in enumerate(panels):
         top, bottom = axes[0, column], axes[1, column]
         cmap = "gray" if panel.image.ndim == 2 else None
         top.imshow(panel.image, cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
-        top.set_title(f"{dataset}\n{panel.title}", fontsize=8)
+        top.set_title(textwrap.fill(panel.title, 30), fontsize=7)
         if panel.mask is None:
             names = "\n".join(f"{k}: {v}" for k, v in sorted(panel.class_names.items()))
             bottom.text(0.0, 1.0, names, va="top", fontsize=6, transform=bottom.transAxes)
@@ -61,12 +73,15 @@ def data_overview(processed_dirs: Mapping[str, str | Path], png_path: str | Path
     save_figure(fig, png_path)
 
 
-def _overlay(ax: plt.Axes, image: np.ndarray, mask: np.ndarray,
-             class_names: Mapping[int, str]) -> None:
-    """Draw `image` with the labels of `mask` in colour (background transparent) and a legend."""
-    ax.imshow(image, cmap="gray" if image.ndim == 2 else None, vmin=0, vmax=1,
-              interpolation="nearest")
-    labels = sorted(int(v) for v in class_names)
+def _overlay(
+    ax: plt.Axes, image: np.ndarray, mask: np.ndarray, class_names: Mapping[int, str]
+) -> None:
+    """Draw `image` with the labels of `mask` in colour (label 0, background, transparent) and a
+    legend."""
+    ax.imshow(
+        image, cmap="gray" if image.ndim == 2 else None, vmin=0, vmax=1, interpolation="nearest"
+    )
+    labels = sorted(int(v) for v in class_names if int(v) != 0)
     colours = _label_colour_map(labels)
     index = np.zeros(mask.shape, dtype=int)
     for i, label in enumerate(labels, start=1):
@@ -74,8 +89,14 @@ def _overlay(ax: plt.Axes, image: np.ndarray, mask: np.ndarray,
     cmap = ListedColormap(["#00000000"] + [colours[label] for label in labels])
     ax.imshow(index, cmap=cmap, vmin=0, vmax=len(labels), alpha=0.55, interpolation="nearest")
     handles = [Patch(color=colours[label], label=class_names[label]) for label in labels]
-    ax.legend(handles=handles, fontsize=5, loc="lower center", bbox_to_anchor=(0.5, -0.45),
-              ncol=2, frameon=False)
+    ax.legend(
+        handles=handles,
+        fontsize=5,
+        loc="lower center",
+        bbox_to_anchor=(0.5, -0.45),
+        ncol=2,
+        frameon=False,
+    )
 
 
 def fets_patients_per_institution(processed_dir: str | Path, png_path: str | Path) -> None:
@@ -88,7 +109,10 @@ def fets_patients_per_institution(processed_dir: str | Path, png_path: str | Pat
     ax.set_xticks(x, [str(p) for p in table["partition_id"]], fontsize=7)
     ax.set_xlabel("institution (partition id)")
     ax.set_ylabel("patients")
-    ax.set_title(f"FeTS partitioning: {int(table['n_total'].sum())} patients in "
-                 f"{len(table)} institutions (paper 000, Fig. 1)", fontsize=9)
+    ax.set_title(
+        f"FeTS partitioning: {int(table['n_total'].sum())} patients in "
+        f"{len(table)} institutions (paper 000, Fig. 1)",
+        fontsize=9,
+    )
     ax.legend(frameon=False)
     save_figure(fig, png_path)

@@ -67,7 +67,9 @@ def generate(raw_dir: Path, dataset: str, cfg: dict, seed: int) -> None:
     """
     shape = tuple(int(s) for s in cfg["synthetic"]["shape"])
     if len(shape) != 3 or min(shape) < 8:
-        raise ConfigError(f"{dataset}.synthetic.shape", f"need 3 sizes >= 8, got {list(shape)}")
+        raise ConfigError(
+            f"data.{dataset}.synthetic.shape", f"need 3 sizes >= 8, got {list(shape)}"
+        )
     sizes = partition_sizes(float(cfg["synthetic"]["subjects_scale"]))
     rng = np.random.default_rng(seed)
     sites = _draw_sites(rng, len(sizes))

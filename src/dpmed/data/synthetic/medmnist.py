@@ -37,7 +37,7 @@ CHUNK_PIXELS = 1 << 21
 AMBIGUOUS_FRACTION = 0.1
 NOISE_SD = 0.05
 TEXTURE_AMPLITUDE = 0.25
-TINT_AMPLITUDE = 0.10
+TINT_AMPLITUDE = 0.14
 
 Sdf = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
@@ -137,11 +137,13 @@ def _check_cfg(dataset: str, cfg: dict) -> tuple[int, list[int]]:
     """Return (size, [n_train, n_val, n_test]) or raise ConfigError naming the key."""
     size = cfg["size"]
     if size not in OFFICIAL_SIZES:
-        raise ConfigError(f"{dataset}.size", f"{size} is not an official size {OFFICIAL_SIZES}")
+        raise ConfigError(
+            f"data.{dataset}.size", f"{size} is not an official size {OFFICIAL_SIZES}"
+        )
     counts = list(cfg["synthetic"]["counts"])
     if len(counts) != 3 or any(not isinstance(c, int) or c < 0 for c in counts):
         raise ConfigError(
-            f"{dataset}.synthetic.counts", f"{counts} must be 3 non-negative integers"
+            f"data.{dataset}.synthetic.counts", f"{counts} must be 3 non-negative integers"
         )
     return int(size), counts
 
@@ -180,7 +182,7 @@ def _render_chunk(
     style = STYLES[info.flag]
     n, n_ch = classes.size, info.channels
     centre = rng.uniform(-0.3, 0.3, (2, n, 1, 1))
-    scale = rng.uniform(0.3, 0.45, (n, 1, 1))
+    scale = rng.uniform(0.35, 0.5, (n, 1, 1))
     theta = rng.uniform(0.0, 2 * np.pi, (n, 1, 1))
     phase = rng.uniform(0.0, 2 * np.pi, (n, 1, 1))
     fg = _class_colours(style, info.n_classes)[classes] + rng.normal(0.0, 0.06, (n, n_ch))
