@@ -22,9 +22,13 @@ if not workflow.config_settings.configfiles:
 
 include: "rules/common.smk"
 include: "rules/data.smk"
+include: "rules/seg.smk"
+include: "rules/fets.smk"
+include: "rules/xcal.smk"
 
 
 rule all:
     default_target: True
     input:
         data_targets(),
+        STUDY_TARGETS,

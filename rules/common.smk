@@ -14,6 +14,11 @@ from dpmed.config.wildcards import WILDCARD_PATTERNS
 GRID = check_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
 DATASETS = GRID.datasets()
 CONDA_ENV = "../envs/dpmed.yaml"
+# Training rules ask for one GPU unless the config pins the CPU (smoke runs then use both cores).
+GPU = 0 if config["device"] == "cpu" else 1
+TRAIN_THREADS = 1 if config["device"] == "cpu" else 4
+# Each study's rule file appends its final outputs (runs, tables, figures) here for `rule all`.
+STUDY_TARGETS = []
 
 
 wildcard_constraints:

@@ -1,0 +1,1 @@
+"""Privacy: accounting, mechanisms, clipping rules and the `privacy.json` record of every run."""

@@ -1,0 +1,56 @@
+"""`privacy.json`: what every training output says about its privacy (DESIGN principle 2).
+
+`guarantee` is "dp" when the run satisfies the stated (ε, δ) formally, "paper-approximation"
+when it reproduces a paper's unsound recipe (the `reasons` say why, REFERENCE.md §4), and
+"none" for non-private runs (ε = null).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from dpmed.io import write_json
+
+GUARANTEES = ("dp", "paper-approximation", "none")
+
+
+@dataclass(frozen=True)
+class PrivacyRecord:
+    """The privacy facts of one run.
+
+    mechanism: e.g. "DP-SGD, Poisson-subsampled Gaussian, flat clipping";
+    adjacency: "sample-level (add/remove one image)" or "collaborator-level (...)";
+    sampling: "poisson", "fixed-size", "all" or "none";
+    noise_multipliers: the σ (noise std / sensitivity) used, one per distinct stretch;
+    epsilon: the accountant's ε at `delta` (None when non-private);
+    epsilon_by_accountant: every ε computed for the same run, e.g. {"rdp": .., "prv": ..}.
+    """
+
+    mechanism: str
+    adjacency: str
+    sampling: str
+    accountant: str
+    epsilon: float | None
+    delta: float | None
+    guarantee: str
+    clip_norm: float | None = None
+    sample_rate: float | None = None
+    steps: int | None = None
+    noise_multipliers: list[float] = field(default_factory=list)
+    target_epsilon: float | None = None
+    epsilon_by_accountant: dict[str, float] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.guarantee not in GUARANTEES:
+            raise ValueError(f"guarantee must be one of {GUARANTEES}, got {self.guarantee!r}")
+        if self.guarantee == "paper-approximation" and not self.reasons:
+            raise ValueError("a paper-approximation needs the reasons it is not a formal guarantee")
+        if (self.epsilon is None) != (self.guarantee == "none"):
+            raise ValueError("epsilon is None exactly when the run is non-private")
+
+    def write(self, path: str | Path) -> None:
+        """Write the record as `privacy.json` (atomic, key-sorted)."""
+        write_json(path, asdict(self))
