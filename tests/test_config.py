@@ -49,7 +49,13 @@ def test_paper_grid_sizes_match_hand_count():
 
 def test_smoke_grid_covers_every_value(smoke):
     grid = check_config(smoke, SCHEMA)
-    assert len(grid.jobs("seg")) == 5 + 4 + 4 + 4
+    # seg: duke unet 5 clips (+ seed 1 of none and flat), unetpp 4 morphs, umn 4, covidct 4.
+    assert len(grid.jobs("seg")) == 5 + 2 + 4 + 4 + 4
+    # fets: fedavg, simagg at inf; dp_simagg {paper, sound} and dp_fedavg sound at eps0 {1, 10}.
+    assert len(grid.jobs("fets")) == 2 + 4 + 2
+    # xcal: bloodmnist nondp at inf + static/agp/xcal at 5; pneumoniamnist centralized c1 and
+    # xcal-logit c3; dermamnist static {label, covariate} × {3, 5} clients.
+    assert len(grid.jobs("xcal")) == 4 + 2 + 4
     seen = {
         (study, key, value)
         for study in ("seg", "fets", "xcal")
@@ -143,13 +149,13 @@ def test_conflicting_params_for_one_job(smoke):
     block = copy.deepcopy(smoke["seg"]["grid"][0])
     block["params"] = {"lr": 0.5}
     smoke["seg"]["grid"].append(block)
-    with pytest.raises(ConfigError, match=r"seg\.grid\[4\].*seg\.grid\[0\]"):
+    with pytest.raises(ConfigError, match=r"seg\.grid\[5\].*seg\.grid\[0\]"):
         check_config(smoke, SCHEMA)
 
 
 def test_same_job_in_two_blocks_with_same_params_is_fine(smoke):
     smoke["seg"]["grid"].append(copy.deepcopy(smoke["seg"]["grid"][0]))
-    assert len(check_config(smoke, SCHEMA).jobs("seg")) == 17
+    assert len(check_config(smoke, SCHEMA).jobs("seg")) == 19  # smoke seg grid: 19 jobs
 
 
 def test_block_without_valid_combination(smoke):

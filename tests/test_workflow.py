@@ -110,3 +110,15 @@ def test_nothing_reruns_after_a_complete_run(smoke_data):
         str(REPO / "config" / "smoke.yaml"),
     )
     assert "Nothing to be done" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("study", ["seg", "fets", "xcal"])
+def test_a_study_can_be_left_out(study, tmp_path):
+    config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+    config[study]["grid"] = []
+    path = tmp_path / "one_less.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = run_snakemake("-n", "--configfile", str(path), "--directory", str(tmp_path))
+    jobs = result.stdout
+    assert f"results/tables/{study}_" not in jobs and f"{study}_train" not in jobs
+    assert all(f"{other}_train" in jobs for other in {"seg", "fets", "xcal"} - {study})

@@ -1,0 +1,1 @@
+"""Explanations of the xcal classifiers: Grad-CAM and its ROAD fidelity."""

@@ -1,0 +1,82 @@
+"""Label-aware random 3D patches from memory-mapped FeTS subjects, and tiled full-volume inference.
+
+Sampling (as GaNDLF's label sampler): pick a class uniformly among the label values present in
+the subject, then a voxel of that class uniformly, and centre the patch on it (shifted to lie
+inside the volume; volumes smaller than the patch are zero-padded, label 0). Only the patch's
+pages of the memory-mapped image are read. Labels {0, 1, 2, 4} map to classes 0..3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+LABEL_VALUES: tuple[int, ...] = (0, 1, 2, 4)
+_LUT = np.zeros(256, dtype=np.int64)
+_LUT[list(LABEL_VALUES)] = np.arange(len(LABEL_VALUES))
+
+
+def to_classes(label: np.ndarray) -> np.ndarray:
+    """Label values {0, 1, 2, 4} → class indices {0, 1, 2, 3} (int64)."""
+    return _LUT[np.asarray(label)]
+
+
+class ClassIndex:
+    """Flat voxel indices of each label value of one label volume (computed once per subject)."""
+
+    def __init__(self, label: np.ndarray) -> None:
+        flat = np.asarray(label).ravel()
+        self.shape = tuple(label.shape)
+        self.voxels = {v: np.flatnonzero(flat == v) for v in LABEL_VALUES}
+        self.present = [v for v in LABEL_VALUES if self.voxels[v].size]
+
+
+def sample_patch(
+    image: np.ndarray,
+    label: np.ndarray,
+    index: ClassIndex,
+    patch: Sequence[int],
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One label-aware patch: (image float32 (4, *patch), classes int64 (*patch))."""
+    value = index.present[int(rng.integers(len(index.present)))]
+    voxels = index.voxels[value]
+    centre = np.unravel_index(int(voxels[int(rng.integers(voxels.size))]), index.shape)
+    lo = [
+        min(max(0, int(c) - p // 2), max(0, s - p))
+        for c, p, s in zip(centre, patch, index.shape, strict=True)
+    ]
+    sl = tuple(slice(a, a + p) for a, p in zip(lo, patch, strict=True))
+    img = np.asarray(image[(slice(None), *sl)], dtype=np.float32)
+    lab = to_classes(label[sl])
+    pad = [(0, p - n) for p, n in zip(patch, lab.shape, strict=True)]
+    if any(b for _, b in pad):
+        img = np.pad(img, [(0, 0), *pad])
+        lab = np.pad(lab, pad)
+    return img, lab
+
+
+def predict_volume(
+    predict: Callable[[torch.Tensor], torch.Tensor],
+    image: np.ndarray,
+    patch: Sequence[int],
+    device: torch.device,
+) -> np.ndarray:
+    """Class map (X, Y, Z) int64 of a (4, X, Y, Z) volume: zero-pad to a multiple of the patch,
+    predict non-overlapping tiles, argmax, crop back."""
+    shape = image.shape[1:]
+    padded = [int(np.ceil(s / p)) * p for s, p in zip(shape, patch, strict=True)]
+    vol = np.zeros((image.shape[0], *padded), dtype=np.float32)
+    vol[(slice(None), *(slice(0, s) for s in shape))] = image
+    out = np.zeros(padded, dtype=np.int64)
+    steps = [range(0, n, p) for n, p in zip(padded, patch, strict=True)]
+    with torch.no_grad():
+        for x in steps[0]:
+            for y in steps[1]:
+                for z in steps[2]:
+                    sl = (slice(x, x + patch[0]), slice(y, y + patch[1]), slice(z, z + patch[2]))
+                    tile = torch.from_numpy(vol[(slice(None), *sl)][None]).to(device)
+                    out[sl] = predict(tile).argmax(dim=1)[0].cpu().numpy()
+    return out[tuple(slice(0, s) for s in shape)]

@@ -1,0 +1,1 @@
+"""Evaluation metrics: segmentation, structure measures and classification."""

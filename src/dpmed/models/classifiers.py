@@ -1,0 +1,194 @@
+"""Image classifiers for the xcal study: ResNet-18 and EfficientNet-B0, both Opacus-valid.
+
+Inputs are (B, C, H, W) float images in [0, 1] with C = 1 or 3 and 28 ≤ H = W ≤ 224,
+standardised inside the model as (x − 0.5)/0.25 (without it the images' large mean dominates the
+first GroupNorm and training is slower); outputs are (B, n_classes) logits. Opacus validity
+(REFERENCE §3): GroupNorm instead of BatchNorm, no in-place op after a hooked layer
+(`inplace=False`, `out = out + identity`), no shared modules.
+
+- ResNet-18 is written by hand (MONAI's keeps BatchNorms inside blocks and uses `+=`). Inputs
+  below 128² get the CIFAR stem (3×3 conv, stride 1, no max-pool) so the stage-3 map is ≥ 7×7 at
+  28²; larger inputs get the ImageNet stem (7×7 stride 2 + max-pool).
+- EfficientNet-B0 is MONAI's `EfficientNet(blocks_args_str=B0, image_size=H)` (its static
+  "same" padding follows the configured size, unlike `EfficientNetBN`'s hard-coded 224²), with
+  GroupNorm, the non-in-place swish and no drop-connect.
+
+`width_scale` multiplies the channel widths (1.0 = the published networks; smaller values make
+the tiny smoke models). `GRAD_SAMPLE_MODE` names the per-sample-gradient mode that is fast for
+each model (hooks for ResNet, functorch for the depthwise convs of EfficientNet).
+`gradcam_layer` picks the deepest feature map that is still at least 7×7 at the input size.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from monai.networks.nets.efficientnet import EfficientNet
+from torch import nn
+
+MODELS = ("resnet18", "efficientnet_b0")
+GRAD_SAMPLE_MODE = {"resnet18": "hooks", "efficientnet_b0": "functorch"}
+MIN_CAM_SIZE = 7
+INPUT_MEAN, INPUT_STD = 0.5, 0.25  # fixed standardisation of [0, 1] inputs inside the models
+GROUPS = 8  # GroupNorm groups at full width; every width used here is a multiple of 8
+EFFICIENTNET_B0 = [
+    "r1_k3_s11_e1_i32_o16_se0.25",
+    "r2_k3_s22_e6_i16_o24_se0.25",
+    "r2_k5_s22_e6_i24_o40_se0.25",
+    "r3_k3_s22_e6_i40_o80_se0.25",
+    "r3_k5_s11_e6_i80_o112_se0.25",
+    "r4_k5_s22_e6_i112_o192_se0.25",
+    "r1_k3_s11_e6_i192_o320_se0.25",
+]
+
+
+def norm_groups(width_scale: float) -> int:
+    """GroupNorm groups: 8 at full width, halved with every halving of the width (at least 1),
+    so narrow smoke models keep several channels per group instead of per-channel (instance)
+    normalisation, which would erase the colour cues of the images. Divides every width."""
+    return int(min(GROUPS, max(1, 2 ** round(math.log2(GROUPS * width_scale)))))
+
+
+def _norm(channels: int, groups: int) -> nn.GroupNorm:
+    return nn.GroupNorm(min(groups, channels), channels)
+
+
+class BasicBlock(nn.Module):
+    """ResNet basic block: two 3×3 conv-GN layers and an identity (or 1×1 projection) skip."""
+
+    def __init__(self, in_ch: int, out_ch: int, stride: int, groups: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_ch, out_ch, 3, stride, 1, bias=False)
+        self.norm1 = _norm(out_ch, groups)
+        self.act1 = nn.ReLU(inplace=False)
+        self.conv2 = nn.Conv2d(out_ch, out_ch, 3, 1, 1, bias=False)
+        self.norm2 = _norm(out_ch, groups)
+        self.act2 = nn.ReLU(inplace=False)
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or in_ch != out_ch:
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(in_ch, out_ch, 1, stride, bias=False), _norm(out_ch, groups)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.act1(self.norm1(self.conv1(x)))
+        out = self.norm2(self.conv2(out))
+        out = out + self.shortcut(x)
+        return self.act2(out)
+
+
+class ResNet18(nn.Module):
+    """ResNet-18 (2-2-2-2 basic blocks, widths 64·s, 128·s, 256·s, 512·s) with GroupNorm."""
+
+    def __init__(
+        self, in_channels: int, n_classes: int, image_size: int, width_scale: float = 1.0
+    ) -> None:
+        super().__init__()
+        widths = [_round8(w * width_scale) for w in (64, 128, 256, 512)]
+        groups = norm_groups(width_scale)
+        if image_size < 128:
+            stem = [nn.Conv2d(in_channels, widths[0], 3, 1, 1, bias=False)]
+            pool: list[nn.Module] = []
+        else:
+            stem = [nn.Conv2d(in_channels, widths[0], 7, 2, 3, bias=False)]
+            pool = [nn.MaxPool2d(3, 2, 1)]
+        self.stem = nn.Sequential(*stem, _norm(widths[0], groups), nn.ReLU(inplace=False), *pool)
+        stages, in_ch = [], widths[0]
+        for i, w in enumerate(widths):
+            stride = 1 if i == 0 else 2
+            stages.append(
+                nn.Sequential(BasicBlock(in_ch, w, stride, groups), BasicBlock(w, w, 1, groups))
+            )
+            in_ch = w
+        self.layer1, self.layer2, self.layer3, self.layer4 = stages
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(in_ch, n_classes)
+
+    def cam_candidates(self) -> list[str]:
+        """Names of the feature maps Grad-CAM may use, shallow to deep."""
+        return ["layer1", "layer2", "layer3", "layer4"]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem((x - INPUT_MEAN) / INPUT_STD)
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.pool(x), 1))
+
+
+class EfficientNetB0(EfficientNet):
+    """MONAI EfficientNet with the B0 block list, GroupNorm and no in-place swish."""
+
+    def __init__(
+        self, in_channels: int, n_classes: int, image_size: int, width_scale: float = 1.0
+    ) -> None:
+        super().__init__(
+            blocks_args_str=EFFICIENTNET_B0,
+            spatial_dims=2,
+            in_channels=in_channels,
+            num_classes=n_classes,
+            width_coefficient=width_scale,
+            depth_coefficient=1.0,
+            dropout_rate=0.2,
+            image_size=image_size,
+            norm=("group", {"num_groups": norm_groups(width_scale)}),
+            drop_connect_rate=0.0,
+        )
+        self.set_swish(memory_efficient=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward((x - INPUT_MEAN) / INPUT_STD)
+
+    def cam_candidates(self) -> list[str]:
+        """The output of every MBConv block, shallow to deep."""
+        return [f"_blocks.{i}" for i in range(len(self._blocks))]
+
+
+def _round8(value: float) -> int:
+    return max(GROUPS, int(round(value / GROUPS)) * GROUPS)
+
+
+def build_classifier(
+    name: str, in_channels: int, n_classes: int, image_size: int, width_scale: float = 1.0
+) -> nn.Module:
+    """ResNet-18 (`resnet18`) or EfficientNet-B0 (`efficientnet_b0`) for the given input."""
+    if in_channels not in (1, 3):
+        raise ValueError(f"in_channels must be 1 or 3, got {in_channels}")
+    if not 28 <= image_size <= 224:
+        raise ValueError(f"image_size must be in [28, 224], got {image_size}")
+    if name == "resnet18":
+        return ResNet18(in_channels, n_classes, image_size, width_scale)
+    if name == "efficientnet_b0":
+        return EfficientNetB0(in_channels, n_classes, image_size, width_scale)
+    raise ValueError(f"unknown classifier '{name}' (known: {', '.join(MODELS)})")
+
+
+def feature_sizes(model: nn.Module, in_channels: int, image_size: int) -> dict[str, int]:
+    """Spatial side of every Grad-CAM candidate's output for one input of the given size."""
+    sizes: dict[str, int] = {}
+    modules = dict(model.named_modules())
+    handles = [
+        modules[name].register_forward_hook(
+            lambda _m, _i, out, name=name: sizes.__setitem__(name, int(min(out.shape[-2:])))
+        )
+        for name in model.cam_candidates()
+    ]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            param = next(model.parameters())
+            model(torch.zeros(1, in_channels, image_size, image_size, device=param.device))
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    return sizes
+
+
+def gradcam_layer(model: nn.Module, in_channels: int, image_size: int) -> str:
+    """Name of the deepest candidate feature map whose side is ≥ `MIN_CAM_SIZE` (7)."""
+    sizes = feature_sizes(model, in_channels, image_size)
+    fitting = [name for name in model.cam_candidates() if sizes[name] >= MIN_CAM_SIZE]
+    if not fitting:
+        raise ValueError(f"no feature map of {type(model).__name__} is ≥ 7×7 at {image_size}²")
+    return fitting[-1]

@@ -1,0 +1,216 @@
+"""DP-SGD with the clipping rules of `dpmed.privacy.clipping`, plugged into Opacus.
+
+- hooks / functorch modes: `ScaledDPOptimizer` overrides `DPOptimizer.clip_and_accumulate`
+  with the rule's per-sample factors (summed gradient Σ_i s(n_i)·g_i);
+- ghost mode: `ScaledGhostModule` overrides `get_clipping_coef()` of Opacus' fast-gradient-
+  clipping module; the second backward pass then sums s(n_i)·∇loss_i;
+- `ScaledPrivacyEngine` overrides `PrivacyEngine._prepare_model/_prepare_optimizer` to build
+  them, and `make_private_poisson` wires a Poisson loader with an exact sampling rate q, the
+  expected batch size q·N and one accountant step per sampled batch (empty ones included).
+
+Noise: N(0, (σ·C)²) per coordinate for every rule (each scaled per-sample gradient has norm
+≤ C), then division by the expected batch size (loss reduction "mean").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from opacus import PrivacyEngine
+from opacus.data_loader import DPDataLoader
+from opacus.grad_sample import GradSampleModuleFastGradientClipping
+from opacus.optimizers import DPOptimizer, DPOptimizerFastGradientClipping
+from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
+from opacus.utils.fast_gradient_clipping_utils import DPTensorFastGradientClipping
+from torch import nn
+from torch.utils.data import Dataset
+
+from dpmed.privacy.clipping import ClipRule
+
+GRAD_SAMPLE_MODES = ("hooks", "functorch", "ghost")
+# `auto` per model, from bench/dp_step.py (CPU, batch 8 × 1×64×64, width 16, depth 3; time and
+# peak memory of a DP step over the non-private step, flat/nsgd/autos/psac): hooks is fastest
+# for UNet (≈1.9× vs functorch ≈2.0×, ghost ≈2.6×), LFUNet (≈1.9× vs ≈2.0–2.6×) and Inf-Net
+# (≈1.75× vs ≈2.3–4×); for UNet++ functorch is both faster (≈1.95× vs ≈2.2×) and leaner (≈1.1×
+# vs ≈1.6× memory). Ghost clipping only has true ghost norms for Linear layers: never fastest.
+AUTO_GRAD_SAMPLE_MODE: dict[str, str] = {
+    "unet": "hooks",
+    "unetpp": "functorch",
+    "lfunet": "hooks",
+    "infnet": "hooks",
+}
+
+
+def resolve_grad_sample_mode(mode: str, model_name: str) -> str:
+    """The concrete per-sample-gradient mode: `mode`, or the model's choice when `auto`."""
+    if mode == "auto":
+        return AUTO_GRAD_SAMPLE_MODE.get(model_name, "hooks")
+    if mode not in GRAD_SAMPLE_MODES:
+        raise ValueError(f"grad_sample_mode '{mode}' not in auto, {', '.join(GRAD_SAMPLE_MODES)}")
+    return mode
+
+
+def per_sample_norms(grad_samples: Sequence[torch.Tensor]) -> torch.Tensor:
+    """‖g_i‖₂ over all parameters, from Opacus' per-parameter per-sample gradients."""
+    per_param = [g.reshape(len(g), -1).norm(2, dim=-1) for g in grad_samples]
+    return torch.stack(per_param, dim=1).norm(2, dim=1)
+
+
+class ScaledDPOptimizer(DPOptimizer):
+    """DPOptimizer whose clipping is `rule.factors` (max_grad_norm = rule.clip_norm)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, *, rule: ClipRule, **kwargs) -> None:
+        if not rule.bounded:
+            raise ValueError("DP-SGD needs a bounded clipping rule (not 'none')")
+        kwargs["max_grad_norm"] = rule.clip_norm
+        super().__init__(optimizer, **kwargs)
+        self.rule = rule
+        self.last_norms: torch.Tensor | None = None
+
+    def clip_and_accumulate(self) -> None:
+        """p.summed_grad += Σ_i s(n_i)·g_i (per-sample scaling by the rule, no hard clip)."""
+        samples = self.grad_samples
+        if len(samples[0]) == 0:
+            factors = torch.zeros((0,), device=samples[0].device)
+            self.last_norms = factors
+        else:
+            norms = per_sample_norms(samples)
+            self.last_norms = norms.detach()
+            factors = self.rule.factors(norms)
+        for p in self.params:
+            _check_processed_flag(p.grad_sample)
+            grad_sample = self._get_flat_grad_sample(p).to(p.dtype)
+            grad = torch.einsum("i,i...", factors.to(grad_sample.device, p.dtype), grad_sample)
+            p.summed_grad = grad if p.summed_grad is None else p.summed_grad + grad
+            _mark_as_processed(p.grad_sample)
+
+
+class ScaledGhostModule(GradSampleModuleFastGradientClipping):
+    """Ghost/fast-gradient-clipping module whose clipping coefficient is `rule.factors`."""
+
+    def __init__(self, m: nn.Module, *, rule: ClipRule, **kwargs) -> None:
+        kwargs["max_grad_norm"] = rule.clip_norm
+        super().__init__(m, **kwargs)
+        self.rule = rule
+
+    def get_clipping_coef(self) -> torch.Tensor:
+        return self.rule.factors(self.get_norm_sample())
+
+
+class ScaledPrivacyEngine(PrivacyEngine):
+    """PrivacyEngine building the rule-aware module/optimizer for any grad-sample mode."""
+
+    def __init__(self, rule: ClipRule, accountant: str = "rdp") -> None:
+        super().__init__(accountant=accountant)
+        if not rule.bounded:
+            raise ValueError("DP-SGD needs a bounded clipping rule (not 'none')")
+        self.rule = rule
+
+    def _prepare_model(self, module: nn.Module, *, grad_sample_mode: str = "hooks", **kwargs):
+        if grad_sample_mode == "ghost":
+            self.validate(module=module, optimizer=None, data_loader=None)
+            return ScaledGhostModule(
+                module,
+                rule=self.rule,
+                batch_first=kwargs.get("batch_first", True),
+                loss_reduction=kwargs.get("loss_reduction", "mean"),
+            )
+        return super()._prepare_model(module, grad_sample_mode=grad_sample_mode, **kwargs)
+
+    def _prepare_optimizer(
+        self,
+        *,
+        optimizer: torch.optim.Optimizer,
+        noise_multiplier: float,
+        max_grad_norm: float,
+        expected_batch_size: int,
+        loss_reduction: str = "mean",
+        grad_sample_mode: str = "hooks",
+        **kwargs,
+    ) -> DPOptimizer:
+        if max_grad_norm != self.rule.clip_norm:
+            raise ValueError("max_grad_norm must equal the rule's clip_norm (noise std σ·C)")
+        common = dict(
+            noise_multiplier=noise_multiplier,
+            expected_batch_size=expected_batch_size,
+            loss_reduction=loss_reduction,
+            generator=kwargs.get("noise_generator"),
+            secure_mode=self.secure_mode,
+        )
+        if isinstance(optimizer, DPOptimizer):
+            optimizer = optimizer.original_optimizer
+        if grad_sample_mode == "ghost":
+            return DPOptimizerFastGradientClipping(
+                optimizer, max_grad_norm=self.rule.clip_norm, **common
+            )
+        return ScaledDPOptimizer(optimizer, rule=self.rule, **common)
+
+    def make_private_poisson(
+        self,
+        module: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        dataset: Dataset,
+        *,
+        sample_rate: float,
+        noise_multiplier: float,
+        grad_sample_mode: str,
+        generator: torch.Generator | None = None,
+    ) -> DPSGD:
+        """Wrap `module`/`optimizer` for DP-SGD over `dataset` with Poisson rate `sample_rate`.
+
+        The loader yields int(1/q) batches per epoch; the accountant records (σ, q) at every
+        optimizer step.
+        """
+        if not 0 < sample_rate <= 1:
+            raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
+        dp_module = self._prepare_model(
+            module, grad_sample_mode=grad_sample_mode, max_grad_norm=self.rule.clip_norm
+        )
+        expected = sample_rate * len(dataset)
+        dp_optimizer = self._prepare_optimizer(
+            optimizer=optimizer,
+            noise_multiplier=noise_multiplier,
+            max_grad_norm=self.rule.clip_norm,
+            expected_batch_size=expected,
+            grad_sample_mode=grad_sample_mode,
+        )
+        dp_optimizer.attach_step_hook(
+            self.accountant.get_optimizer_hook_fn(sample_rate=sample_rate)
+        )
+        loader = DPDataLoader(dataset, sample_rate=sample_rate, generator=generator)
+        return DPSGD(dp_module, dp_optimizer, loader, grad_sample_mode, self)
+
+
+@dataclass
+class DPSGD:
+    """A DP-SGD training setup: wrapped module, DP optimizer, Poisson loader, engine."""
+
+    module: nn.Module
+    optimizer: DPOptimizer
+    loader: DPDataLoader
+    mode: str
+    engine: ScaledPrivacyEngine
+
+    def backward(self, loss_per_sample: torch.Tensor) -> None:
+        """Backpropagate a per-sample loss of shape [B] (the batch loss is its mean)."""
+        if loss_per_sample.dim() != 1:
+            raise ValueError(
+                f"expected a per-sample loss of shape [B], got {loss_per_sample.shape}"
+            )
+        if self.mode == "ghost":
+            DPTensorFastGradientClipping(
+                self.module, self.optimizer, loss_per_sample, "mean"
+            ).backward()
+        else:
+            loss_per_sample.mean().backward()
+
+    def step_empty(self) -> None:
+        """An optimizer step for an empty Poisson batch: noise only, still one accounted step."""
+        for p in self.optimizer.params:
+            if self.mode == "ghost":
+                p.grad = torch.zeros_like(p)
+            else:
+                p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
+        self.optimizer.step()

@@ -1,0 +1,97 @@
+"""Calibration of the Gaussian mechanism: noise std σ for an L2 sensitivity Δ and (ε, δ).
+
+Three calibrations (REFERENCE.md §4 item 3):
+
+- `classic_sigma`: σ = Δ·√(2 ln(1.25/δ))/ε (Dwork & Roth, Thm A.1). Proven only for ε ≤ 1;
+  DP-SimAgg's paper mode uses it at every ε0 (Algorithm 2), so it is reproduced as written.
+- `analytic_sigma`: the analytic Gaussian mechanism (Balle & Wang 2018, Thm 8): the smallest σ
+  with δ(ε; σ) ≤ δ, where δ(ε; σ) = Φ(Δ/2σ − εσ/Δ) − e^ε Φ(−Δ/2σ − εσ/Δ) is the exact privacy
+  profile of N(0, σ²). Valid for every ε > 0.
+- `rdp_sigma`: the σ whose RDP curve α/(2 (σ/Δ)²), converted to (ε, δ) by Opacus' RDP
+  accountant (sample rate 1, one step), gives ε.
+
+`rdp_epsilon` composes Gaussian mechanisms of given noise multipliers (σ/Δ) under RDP.
+"""
+
+from __future__ import annotations
+
+import math
+
+from scipy.optimize import brentq
+from scipy.special import log_ndtr
+
+
+def _check(sensitivity: float, epsilon: float, delta: float) -> None:
+    if sensitivity < 0 or not math.isfinite(sensitivity):
+        raise ValueError(f"sensitivity must be finite and >= 0, got {sensitivity}")
+    if not epsilon > 0 or not math.isfinite(epsilon):
+        raise ValueError(f"epsilon must be finite and > 0, got {epsilon}")
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+
+
+def classic_sigma(sensitivity: float, epsilon: float, delta: float) -> float:
+    """σ = Δ·√(2 ln(1.25/δ))/ε (classic Gaussian mechanism; formally valid for ε ≤ 1 only)."""
+    _check(sensitivity, epsilon, delta)
+    return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
+
+
+def gaussian_delta(noise_multiplier: float, epsilon: float) -> float:
+    """Exact δ(ε) of the Gaussian mechanism with σ/Δ = `noise_multiplier` (Balle & Wang 2018,
+    Thm 8), computed in log space so tiny δ stay accurate."""
+    if noise_multiplier <= 0:
+        return 1.0
+    a = 1.0 / (2.0 * noise_multiplier)
+    b = epsilon * noise_multiplier
+    first = log_ndtr(a - b)
+    second = epsilon + log_ndtr(-a - b)
+    if second >= first:
+        return 0.0
+    return float(math.exp(first) * -math.expm1(second - first))
+
+
+def analytic_sigma(sensitivity: float, epsilon: float, delta: float) -> float:
+    """Smallest σ with δ(ε; σ) ≤ δ for sensitivity Δ (analytic Gaussian mechanism), by root
+    finding on the exact privacy profile (relative tolerance 1e-12 in σ/Δ)."""
+    _check(sensitivity, epsilon, delta)
+    if sensitivity == 0:
+        return 0.0
+    low, high = 1e-6, 1.0
+    while gaussian_delta(high, epsilon) > delta:
+        high *= 2.0
+    while gaussian_delta(low, epsilon) <= delta:
+        low /= 2.0
+    z = brentq(lambda s: gaussian_delta(s, epsilon) - delta, low, high, xtol=1e-14, rtol=1e-12)
+    # brentq may land a hair below the root: step up until δ(ε) ≤ δ holds exactly.
+    while gaussian_delta(z, epsilon) > delta:
+        z *= 1.0 + 1e-12
+    return sensitivity * z
+
+
+def rdp_sigma(sensitivity: float, epsilon: float, delta: float) -> float:
+    """σ = Δ·z with z the smallest noise multiplier (Opacus tolerance 0.01 in ε) that one
+    unsampled Gaussian mechanism needs for (ε, δ) under RDP conversion."""
+    from dpmed.privacy import accounting  # imports Opacus: only when RDP is asked for
+
+    _check(sensitivity, epsilon, delta)
+    return sensitivity * accounting.noise_multiplier(epsilon, delta, 1.0, 1, "rdp")
+
+
+CALIBRATIONS = {"classic": classic_sigma, "analytic": analytic_sigma, "rdp": rdp_sigma}
+
+
+def calibrate(name: str, sensitivity: float, epsilon: float, delta: float) -> float:
+    """σ by the calibration `name` ∈ {classic, analytic, rdp}."""
+    if name not in CALIBRATIONS:
+        raise ValueError(f"unknown calibration '{name}' (known: {', '.join(CALIBRATIONS)})")
+    return CALIBRATIONS[name](sensitivity, epsilon, delta)
+
+
+def rdp_epsilon(noise_multiplier: float, mechanisms: int, delta: float) -> float:
+    """ε at `delta` of `mechanisms` unsampled Gaussian mechanisms with σ/Δ = `noise_multiplier`,
+    composed under RDP (Opacus RDP accountant, sample rate 1)."""
+    from dpmed.privacy import accounting
+
+    if mechanisms <= 0:
+        return 0.0
+    return accounting.epsilon([(noise_multiplier, 1.0, mechanisms)], delta, "rdp")

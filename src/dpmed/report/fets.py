@@ -1,0 +1,214 @@
+"""fets study outputs: Table II (+ the sound mode and baselines), the privacy table, Fig. 3
+(selection strategies) and Fig. 4 (Dice and convergence score per round).
+
+Tables are split by determinism: `fets_table2.csv` holds what the same config reproduces
+byte for byte (Dice, projected convergence score, simulated time, ε), `fets_resources.csv` the
+measured Table II columns (wall-clock, memory, energy with its method), which vary by machine.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from dpmed.config.wildcards import parse_eps
+from dpmed.federated import selection
+from dpmed.federated.ledger import COLUMNS as PRIVACY_COLUMNS
+from dpmed.federated.metrics import DICE_KEYS
+from dpmed.report.style import save_figure, write_table
+
+NAMES = {"fedavg": "FedAvg", "simagg": "SimAgg", "dp_simagg": "DP-SimAgg", "dp_fedavg": "DP-FedAvg"}
+_ORDER = {("dp_simagg", "paper"): 0, ("simagg", "none"): 1, ("dp_simagg", "sound"): 2,
+          ("fedavg", "none"): 3, ("dp_fedavg", "sound"): 4}  # fmt: skip
+
+
+def run_key(run_dir: str | Path) -> dict[str, str]:
+    """Wildcards of a run folder results/fets/{aggregator}/{dpmode}/eps{eps}/seed{seed}."""
+    parts = Path(run_dir).parts
+    return {
+        "aggregator": parts[-4],
+        "dpmode": parts[-3],
+        "eps": parts[-2][3:],
+        "seed": parts[-1][4:],
+    }
+
+
+def method_label(key: dict[str, str]) -> str:
+    """E.g. 'DP-SimAgg paper eps0=1', 'SimAgg'."""
+    name = NAMES[key["aggregator"]]
+    if key["dpmode"] == "none":
+        return name
+    mode = f" {key['dpmode']}" if key["aggregator"] == "dp_simagg" else ""
+    return f"{name}{mode} eps0={key['eps']}"
+
+
+def _sorted_runs(run_dirs: Sequence[str | Path]) -> list[Path]:
+    def order(path: Path) -> tuple:
+        k = run_key(path)
+        return (_ORDER[(k["aggregator"], k["dpmode"])], parse_eps(k["eps"]), int(k["seed"]))
+
+    return sorted((Path(p) for p in run_dirs), key=order)
+
+
+def table2(run_dirs: Sequence[str | Path], csv_path: str | Path) -> pd.DataFrame:
+    """Final-round scores of every run (paper Table II rows plus the sound mode and baselines)."""
+    rows = []
+    for run in _sorted_runs(run_dirs):
+        key = run_key(run)
+        m = json.loads((run / "metrics.json").read_text())
+        p = json.loads((run / "privacy.json").read_text())
+        by = p.get("epsilon_by_accountant", {})
+        rows.append({
+            "method": method_label(key), **key,
+            "sim_time_min": m["sim_time_s"] / 60.0,
+            "convergence_score": m["convergence_score"],
+            **{k: m[k] for k in DICE_KEYS},
+            "dice_WT_round0": m["dice_WT_round0"],
+            "eps_total_basic": by.get("basic", by.get("basic_per_tensor", np.nan)),
+            "eps_total_rdp": by.get("rdp", by.get("rdp_per_tensor", np.nan)),
+            "delta_total": np.nan if p["delta"] is None else p["delta"],
+            "guarantee": p["guarantee"],
+        })  # fmt: skip
+    frame = pd.DataFrame(rows)
+    write_table(frame, csv_path)
+    return frame
+
+
+def resources_table(run_dirs: Sequence[str | Path], csv_path: str | Path) -> pd.DataFrame:
+    """Measured resources of every run (Table II's wall-clock, memory, energy rows)."""
+    rows = []
+    for run in _sorted_runs(run_dirs):
+        r = json.loads((run / "resources.json").read_text())
+        gpu = r["peak_gpu_mem_mb"]
+        rows.append({
+            "method": method_label(run_key(run)), **run_key(run),
+            "wall_clock": r["wall_clock_hms"], "wall_clock_s": r["wall_clock_s"],
+            "peak_rss_gb": r["peak_rss_mb"] / 1024.0,
+            "peak_gpu_mem_gb": np.nan if gpu is None else gpu / 1024.0,
+            "energy_wh": r["energy_wh"], "energy_method": r["energy_method"],
+            "sim_time_min": r["simulated_time_min"], "attempts": r["attempts"],
+            "device": r["device"],
+        })  # fmt: skip
+    frame = pd.DataFrame(rows)
+    write_table(frame, csv_path)
+    return frame
+
+
+def privacy_table(run_dirs: Sequence[str | Path], csv_path: str | Path) -> pd.DataFrame:
+    """Per round of every DP run: mechanisms, Δf, σ, σ/Δf, ε per round, cumulative ε by basic
+    and RDP composition (per monitored tensor, and over all tensor mechanisms)."""
+    frames = []
+    for run in _sorted_runs(run_dirs):
+        key = run_key(run)
+        if key["dpmode"] == "none":
+            continue
+        guarantee = json.loads((run / "privacy.json").read_text())["guarantee"]
+        rounds = pd.read_csv(run / "rounds.csv")
+        rounds = rounds[rounds["round"] > 0]
+        part = rounds[["round", *PRIVACY_COLUMNS]].copy()
+        for column, value in reversed([("method", method_label(key)), *key.items()]):
+            part.insert(0, column, value)
+        part["guarantee"] = guarantee
+        frames.append(part)
+    columns = ["method", "aggregator", "dpmode", "eps", "seed", "round", *PRIVACY_COLUMNS,
+               "guarantee"]  # fmt: skip
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+    write_table(frame, csv_path)
+    return frame
+
+
+def figure3(
+    selection_csv: str | Path,
+    strategy: str,
+    ids: Sequence[int],
+    participation: float,
+    rounds: int,
+    seed: int,
+    png_path: str | Path,
+) -> None:
+    """Fig. 3: chosen collaborators per round for static, randomized and sliding window, over
+    max(rounds, 3 cycles) rounds so the fresh permutation of each cycle shows. All three are
+    scheduled by `dpmed.federated.selection` with the run's K, ρ and seed; the run's own
+    selection log must equal the first `rounds` rounds of its strategy (checked)."""
+    ids = sorted(int(i) for i in ids)
+    row_of = {c: i for i, c in enumerate(ids)}
+    n_collaborators = len(ids)
+    shown = max(rounds, 3 * -(-n_collaborators // selection.per_round(n_collaborators,
+                                                                       participation)))  # fmt: skip
+    log = pd.read_csv(selection_csv)
+    panels = [("static", "(a) static selection"), ("randomized", "(b) randomized order"),
+              ("sliding_window", "(c) sliding window")]  # fmt: skip
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.8), sharey=True)
+    for ax, (name, title) in zip(axes, panels, strict=True):
+        frame = selection.selection_frame(selection.schedule(ids, participation, shown, name, seed))
+        if name == strategy:
+            expected = frame[frame["round"] <= rounds].reset_index(drop=True)
+            if not expected.equals(log[list(expected.columns)]):
+                raise ValueError(f"{selection_csv}: log differs from the {name} schedule")
+            title += f" (= run log, rounds 1-{rounds})"
+        grid = np.zeros((n_collaborators, shown))
+        for row in frame.itertuples(index=False):
+            grid[row_of[int(row.collaborator)], int(row.round) - 1] = 2 if row.in_cycle else 1
+        ax.imshow(grid, aspect="auto", cmap="Greys", vmin=0, vmax=2, origin="lower",
+                  extent=(0.5, shown + 0.5, -0.5, n_collaborators - 0.5))  # fmt: skip
+        counts = np.count_nonzero(grid, axis=1)
+        ax.set_title(f"{title}\nparticipations per collaborator {counts.min()}-{counts.max()}",
+                     fontsize=9)  # fmt: skip
+        ax.set_xlabel("round")
+    axes[0].set_ylabel("collaborator (partition id)")
+    step = max(1, n_collaborators // 11)
+    axes[0].set_yticks(
+        range(0, n_collaborators, step), [str(ids[i]) for i in range(0, n_collaborators, step)]
+    )
+    fig.suptitle(f"Collaborator selection, K={n_collaborators}, rho={participation}, "
+                 "grey = window padding from the next permutation", fontsize=10)  # fmt: skip
+    save_figure(fig, png_path)
+
+
+def figure4(run_dirs: Sequence[str | Path], png_path: str | Path) -> None:
+    """Fig. 4: Dice (WT, TC, ET, mean over labels) and projected convergence score per round."""
+    panels = [("dice_WT", "Dice WT"), ("dice_TC", "Dice TC"), ("dice_ET", "Dice ET"),
+              ("dice_mean_labels", "mean Dice labels 0/1/2/4"),
+              ("convergence_score", "projected convergence score")]  # fmt: skip
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.8))
+    for run in _sorted_runs(run_dirs):
+        rounds = pd.read_csv(run / "rounds.csv")
+        label = method_label(run_key(run))
+        for ax, (column, _) in zip(axes, panels, strict=True):
+            ax.plot(rounds["round"], rounds[column], marker="o", markersize=3, label=label)
+    for ax, (_, title) in zip(axes, panels, strict=True):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("round")
+        ax.set_ylim(-0.02, 1.02)
+    axes[-1].legend(fontsize=7, loc="best")
+    save_figure(fig, png_path)
+
+
+def write_tables(
+    run_dirs: Sequence[str | Path],
+    table2_csv: str | Path,
+    resources_csv: str | Path,
+    privacy_csv: str | Path,
+) -> None:
+    """The three fets tables from the run folders."""
+    table2(run_dirs, table2_csv)
+    resources_table(run_dirs, resources_csv)
+    privacy_table(run_dirs, privacy_csv)
+
+
+def figure3_from_run(
+    selection_csv: str | Path,
+    splits_csv: str | Path,
+    params: dict,
+    seed: int,
+    png_path: str | Path,
+) -> None:
+    """Fig. 3 for a run whose selection log is `selection_csv` (K from splits.csv)."""
+    ids = sorted(int(i) for i in pd.read_csv(splits_csv)["partition_id"].unique())
+    figure3(selection_csv, params["selection"], ids, float(params["participation"]),
+            int(params["rounds"]), seed, png_path)  # fmt: skip

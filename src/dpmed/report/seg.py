@@ -1,0 +1,248 @@
+"""Tables and figures of the seg study (paper 002: Table 3, Figs. 3–5 and 8) from the runs'
+metrics.json files — only the cells the grid actually ran.
+
+Table rows (`main_table`), per model: setting × method as in the paper's Table 3:
+  Non-private: No Morph, Morph (<op>-k<k>) for each fixed variant, Adaptive Morph (vN);
+  DP (no morph) / DP + Morph (<op>-k<k>) / DP + Adaptive Morph (vN): one row per clip rule.
+Every fixed variant is its own row (the paper keeps only the best one; choosing on the test
+set would be optimistic). Values are mean and sample std (ddof 1) over seeds; with one seed
+std is empty. Figs. 3–5: bars of test Dice (and HD95 for OCT, S_α for COVID CT) per clip rule,
+without morphology vs the fixed morphology variant with the best mean *validation* Dice for
+that model and rule (its name on the bar). Fig. 8: mean training seconds per model and rule
+for no / fixed / adaptive morphology.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from dpmed.report.style import save_figure, write_table
+from dpmed.seg.outputs import FIGURES
+
+MODELS = ("unetpp", "unet", "lfunet", "infnet")
+MODEL_LABEL = {"unet": "UNet", "unetpp": "UNet++", "lfunet": "LFUNet", "infnet": "Inf-Net"}
+CLIPS = ("none", "flat", "autos", "nsgd", "psac")
+CLIP_LABEL = {
+    "none": "Non-private",
+    "flat": "Flat",
+    "autos": "AUTO-S",
+    "nsgd": "NSGD",
+    "psac": "PSAC",
+}
+METRICS = ("dice", "hd95", "mae", "s_alpha", "e_phi")
+COLUMN = {"dice": "Dice", "hd95": "HD95", "mae": "MAE", "s_alpha": "S_alpha", "e_phi": "E_phi"}
+
+
+def collect_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
+    """One row per run: wildcards, test metrics, val Dice, training seconds."""
+    rows = []
+    for path in paths:
+        m = json.loads(Path(path).read_text())
+        row = dict(m["wildcards"])
+        for key in (*METRICS, "val_dice", "train_seconds", "hd95_empty"):
+            value = m.get(key)
+            row[key] = math.nan if value is None else value
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        raise ValueError("no seg runs given")
+    return frame.sort_values(["dataset", "model", "clip", "morph", "eps", "seed"]).reset_index(
+        drop=True
+    )
+
+
+def morph_kind(morph: str) -> str:
+    return "none" if morph == "none" else ("adaptive" if morph.startswith("adaptive") else "fixed")
+
+
+def setting_method(clip: str, morph: str) -> tuple[str, str]:
+    """Table 3's (setting, method) labels of a cell."""
+    kind = morph_kind(morph)
+    version = morph.split("-")[1] if kind == "adaptive" else ""
+    if clip == "none":
+        method = {
+            "none": "No Morph",
+            "fixed": f"Morph ({morph})",
+            "adaptive": f"Adaptive Morph ({version})",
+        }
+        return "Non-private", method[kind]
+    setting = {
+        "none": "DP (no morph)",
+        "fixed": "DP + Morph",
+        "adaptive": f"DP + Adaptive Morph ({version})",
+    }
+    method = CLIP_LABEL[clip] + (f" ({morph})" if kind == "fixed" else "")
+    return setting[kind], method
+
+
+def _fmt(mean: float, std: float, n: int) -> str:
+    if math.isnan(mean):
+        return ""
+    return f"{mean:.4f} ± {std:.4f}" if n > 1 else f"{mean:.4f} (n=1)"
+
+
+def main_table(runs: pd.DataFrame, dataset: str) -> pd.DataFrame:
+    """Table 3 layout for `dataset`: model × setting × method, metrics mean ± std over seeds."""
+    sub = runs[runs["dataset"] == dataset]
+    if sub.empty:
+        raise ValueError(f"no seg runs of dataset '{dataset}'")
+    metrics = ["dice", "hd95", "mae"] + (["s_alpha", "e_phi"] if dataset == "covidct" else [])
+    rows = []
+    for (model, clip, morph, eps), cell in sub.groupby(
+        ["model", "clip", "morph", "eps"], sort=False
+    ):
+        setting, method = setting_method(clip, morph)
+        row = {"model": MODEL_LABEL[model], "setting": setting, "method": method}
+        row |= {"clip": clip, "morph": morph, "eps": eps, "seeds": len(cell)}
+        for name in metrics:
+            values = cell[name].astype(float)
+            mean = float(values.mean())
+            std = float(values.std(ddof=1)) if len(values) > 1 else math.nan
+            row[COLUMN[name]] = _fmt(mean, std, len(values))
+            row[f"{name}_mean"], row[f"{name}_std"] = mean, std
+        row["hd95_empty"] = int(cell["hd95_empty"].sum())
+        row["_order"] = (
+            MODELS.index(model),
+            setting != "Non-private",
+            _setting_rank(setting),
+            ("none", "fixed", "adaptive").index(morph_kind(morph)),
+            CLIPS.index(clip),
+            morph,
+        )
+        rows.append(row)
+    table = pd.DataFrame(rows).sort_values("_order").drop(columns="_order")
+    return table.reset_index(drop=True)
+
+
+def _setting_rank(setting: str) -> int:
+    order = ["Non-private", "DP (no morph)", "DP + Morph"]
+    return order.index(setting) if setting in order else 3
+
+
+def write_main_table(
+    metrics_paths: Iterable[str | Path], dataset: str, csv_path: str | Path
+) -> None:
+    write_table(main_table(collect_runs(metrics_paths), dataset), csv_path)
+
+
+def _cell_means(runs: pd.DataFrame) -> pd.DataFrame:
+    cols = ["model", "clip", "morph"]
+    return (
+        runs.groupby(cols, sort=False)
+        .agg(
+            dice=("dice", "mean"),
+            dice_sd=("dice", "std"),
+            hd95=("hd95", "mean"),
+            hd95_sd=("hd95", "std"),
+            s_alpha=("s_alpha", "mean"),
+            s_alpha_sd=("s_alpha", "std"),
+            val_dice=("val_dice", "mean"),
+            seconds=("train_seconds", "mean"),
+        )
+        .reset_index()
+    )
+
+
+def clipping_figure(
+    metrics_paths: Iterable[str | Path], dataset: str, png_path: str | Path
+) -> None:
+    """Figs. 3–5: per model, clip rules × (no morph, best fixed morph by validation Dice)."""
+    runs = collect_runs(metrics_paths)
+    cells = _cell_means(runs[runs["dataset"] == dataset])
+    models = [m for m in MODELS if m in set(cells["model"])]
+    second = "s_alpha" if dataset == "covidct" else "hd95"
+    labels = {"dice": "Dice ↑", "hd95": "HD95 (px) ↓", "s_alpha": "S_α ↑"}
+    fig, axes = plt.subplots(2, len(models), figsize=(4.2 * len(models), 6), squeeze=False)
+    for col, model in enumerate(models):
+        mc = cells[cells["model"] == model]
+        clips = [c for c in CLIPS if c in set(mc["clip"])]
+        x = np.arange(len(clips))
+        for row, metric in enumerate(("dice", second)):
+            ax = axes[row, col]
+            for offset, (label, pick) in zip(
+                (-0.2, 0.2), (("no morph", _no_morph), ("morph", _best_fixed)), strict=True
+            ):
+                heights, errs, names = [], [], []
+                for clip in clips:
+                    chosen = pick(mc[mc["clip"] == clip])
+                    heights.append(np.nan if chosen is None else chosen[metric])
+                    errs.append(
+                        0.0
+                        if chosen is None or np.isnan(chosen[f"{metric}_sd"])
+                        else chosen[f"{metric}_sd"]
+                    )
+                    names.append("" if chosen is None or label == "no morph" else chosen["morph"])
+                bars = ax.bar(x + offset, heights, 0.4, yerr=errs, label=label, capsize=2)
+                for bar, name in zip(bars, names, strict=True):
+                    if name and np.isfinite(bar.get_height()):
+                        ax.annotate(
+                            name,
+                            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                            ha="center",
+                            va="bottom",
+                            fontsize=6,
+                            rotation=90,
+                        )
+            ax.set_xticks(x, [CLIP_LABEL[c] for c in clips], fontsize=8)
+            ax.set_xlim(-0.7, len(clips) - 0.3)
+            ax.set_ylabel(labels[metric])
+            if row == 0:
+                ax.set_title(MODEL_LABEL[model])
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle(
+        f"{dataset}: clipping strategies with and without DP-Morph (test set, mean ± sd over seeds)"
+    )
+    save_figure(fig, png_path)
+
+
+def _no_morph(cells: pd.DataFrame) -> pd.Series | None:
+    hit = cells[cells["morph"] == "none"]
+    return None if hit.empty else hit.iloc[0]
+
+
+def _best_fixed(cells: pd.DataFrame) -> pd.Series | None:
+    fixed = cells[cells["morph"].map(morph_kind) == "fixed"]
+    if fixed.empty:
+        return None
+    return fixed.sort_values(
+        ["val_dice", "morph"], ascending=[False, True], na_position="last"
+    ).iloc[0]
+
+
+def training_time_figure(metrics_paths: Iterable[str | Path], png_path: str | Path) -> None:
+    """Fig. 8: mean training seconds per (model, clip) for no / fixed / adaptive morphology."""
+    runs = collect_runs(metrics_paths)
+    runs = runs.assign(kind=runs["morph"].map(morph_kind))
+    datasets = [d for d in FIGURES if d in set(runs["dataset"])]
+    fig, axes = plt.subplots(1, len(datasets), figsize=(5.5 * len(datasets), 4), squeeze=False)
+    kinds = ("none", "fixed", "adaptive")
+    for ax, dataset in zip(axes[0], datasets, strict=True):
+        sub = runs[runs["dataset"] == dataset]
+        means = sub.groupby(["model", "clip", "kind"])["train_seconds"].mean()
+        groups = [
+            (m, c) for m in MODELS for c in CLIPS if any((m, c, k) in means.index for k in kinds)
+        ]
+        x = np.arange(len(groups))
+        present = [k for k in kinds if k in set(sub["kind"])]
+        width = 0.8 / max(1, len(present))
+        for i, kind in enumerate(present):
+            heights = [means.get((m, c, kind), np.nan) for m, c in groups]
+            ax.bar(
+                x + (i - (len(present) - 1) / 2) * width,
+                heights,
+                width,
+                label={"none": "no morph"}.get(kind, f"{kind} morph"),
+            )
+        ax.set_xticks(x, [f"{MODEL_LABEL[m]}\n{CLIP_LABEL[c]}" for m, c in groups], fontsize=7)
+        ax.set_ylabel("training time (s)")
+        ax.set_title(dataset)
+        ax.legend(fontsize=8)
+    fig.suptitle("Training time per model and clipping rule (mean over runs)")
+    save_figure(fig, png_path)

@@ -1,0 +1,364 @@
+"""Tables and figures of the xcal study (paper 001 §6–8), from the grid's run folders.
+
+Every function reads the runs it is given (metrics.json, rounds.csv, road.json, gradcam.npz of
+each folder) and writes through `dpmed.report.style`, so identical runs give identical files.
+Tables (results/tables/<name>.csv + .md):
+- xcal_main: F1, accuracy, ROAD and spent ε per dataset × model × method × ε (IID runs, §6);
+- xcal_efficiency: ΔF1/Δε and ΔROAD/Δε over each private run's trajectory (first to last
+  round with a value);
+- xcal_clients: F1 and ROAD by client count (columns) per dataset × model × method × shift × ε;
+- xcal_shift: F1 and ROAD by shift (columns) per dataset × model × method × clients × ε;
+- xcal_ablation: XCal-FL presets (α, β, γ) × ε, F1 and ROAD (§7);
+- xcal_runtime: mean seconds per local step of nondp, static and xcal per dataset × model and
+  the overhead ratios (§8; bench/xcal_step.py times it under controlled conditions).
+Figures (results/figures/<name>.png + .pdf): F1 and ROAD vs cumulative ε per method
+(xcal_trajectories), client-count and shift effects (xcal_clients_shift), the ablation
+(xcal_ablation), Grad-CAM examples of static vs xcal (xcal_gradcam).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from dpmed.config.wildcards import parse_eps  # noqa: E402
+from dpmed.report.style import save_figure, write_table  # noqa: E402
+
+TABLES = (
+    "xcal_main",
+    "xcal_efficiency",
+    "xcal_clients",
+    "xcal_shift",
+    "xcal_ablation",
+    "xcal_runtime",
+)
+FIGURES = ("xcal_trajectories", "xcal_clients_shift", "xcal_ablation", "xcal_gradcam")
+KEYS = ["dataset", "model", "method", "shift", "clients", "eps"]
+METHOD_ORDER = ("nondp", "centralized", "static", "agp", "xcal")
+SHIFT_ORDER = ("iid", "label", "covariate")
+
+
+def _method_rank(method: str) -> tuple[int, str]:
+    base, _, preset = method.partition("-")
+    return (METHOD_ORDER.index(base), preset)
+
+
+def collect(runs: Sequence[str | Path]) -> pd.DataFrame:
+    """One row per run folder: wildcards (clients int, eps float) and metrics.json values."""
+    rows = []
+    for run in runs:
+        metrics = json.loads((Path(run) / "metrics.json").read_text())
+        row = {k: metrics[k] for k in KEYS}
+        row.update(
+            {
+                k: metrics[k]
+                for k in (
+                    "f1",
+                    "accuracy",
+                    "road",
+                    "epsilon",
+                    "f1_per_eps",
+                    "road_per_eps",
+                    "step_seconds",
+                )
+            }
+        )
+        row["clients"] = int(row["clients"])
+        row["eps"] = parse_eps(str(row["eps"]))
+        row["run"] = str(run)
+        rows.append(row)
+    columns = [*KEYS, "f1", "accuracy", "road", "epsilon", "f1_per_eps", "road_per_eps"]
+    frame = pd.DataFrame(rows, columns=[*columns, "step_seconds", "run"])
+    return _sorted(frame)
+
+
+def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
+    if frame.empty:
+        return frame.reset_index(drop=True)
+    order = frame["method"].map(_method_rank)
+    frame = frame.assign(_m=order).sort_values(
+        ["dataset", "model", "_m", "shift", "clients", "eps"], kind="stable"
+    )
+    return frame.drop(columns="_m").reset_index(drop=True)
+
+
+def main_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """F1 / accuracy / ROAD / spent ε of the IID runs (paper §6 tables)."""
+    iid = frame[frame["shift"] == "iid"]
+    return iid[
+        ["dataset", "model", "method", "clients", "eps", "f1", "accuracy", "road", "epsilon"]
+    ]
+
+
+def efficiency_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """ΔF1/Δε and ΔROAD/Δε of the private runs."""
+    private = frame[np.isfinite(frame["eps"].astype(float))]
+    cols = [*KEYS, "epsilon", "f1_per_eps", "road_per_eps"]
+    return private[cols].reset_index(drop=True)
+
+
+def _pivot(frame: pd.DataFrame, over: str, index: list[str]) -> pd.DataFrame:
+    """F1 and ROAD with one column per value of `over` (e.g. f1_c3, road_c3 …)."""
+    subset = frame[frame["method"].isin(["static", "xcal"])]
+    if subset.empty:
+        return pd.DataFrame(columns=index)
+    present = set(subset[over])
+    values = [s for s in SHIFT_ORDER if s in present] if over == "shift" else sorted(present)
+    groups = subset.groupby(index, sort=False)
+    rows = []
+    for key, group in groups:
+        if group[over].nunique() < 2:
+            continue
+        row = dict(zip(index, key, strict=True))
+        for v in values:
+            hit = group[group[over] == v]
+            label = f"c{v}" if over == "clients" else str(v)
+            row[f"f1_{label}"] = float(hit["f1"].mean()) if len(hit) else math.nan
+            row[f"road_{label}"] = float(hit["road"].mean()) if len(hit) else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows, columns=None if rows else index)
+
+
+def clients_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Client-count effect (paper §6 'Client and distribution effects')."""
+    return _pivot(frame, "clients", ["dataset", "model", "method", "shift", "eps"])
+
+
+def shift_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Shift effect: IID vs label vs covariate."""
+    return _pivot(frame, "shift", ["dataset", "model", "method", "clients", "eps"])
+
+
+def ablation_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """XCal-FL presets × ε (IID): F1 and ROAD (paper §7)."""
+    xcal = frame[frame["method"].str.startswith("xcal") & (frame["shift"] == "iid")]
+    out = xcal[["dataset", "model", "method", "clients", "eps", "f1", "road"]].copy()
+    out.insert(3, "preset", out["method"].map(lambda m: m.partition("-")[2] or "balanced"))
+    return out.drop(columns="method").reset_index(drop=True)
+
+
+def runtime_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Mean step seconds of nondp / static / xcal (any preset) over the federated IID runs of
+    each dataset × model, and their ratios (NaN where a method did not run)."""
+    rows = []
+    fed = frame[(frame["shift"] == "iid") & (frame["clients"] > 1)]
+    fed = fed.assign(base=fed["method"].str.partition("-")[0])
+    for (dataset, model), group in fed.groupby(["dataset", "model"], sort=True):
+        t = {
+            m: group[group["base"] == m]["step_seconds"].mean() for m in ("nondp", "static", "xcal")
+        }
+        rows.append(
+            {
+                "dataset": dataset,
+                "model": model,
+                "nondp_s": t["nondp"],
+                "static_s": t["static"],
+                "xcal_s": t["xcal"],
+                "static_over_nondp": t["static"] / t["nondp"],
+                "xcal_over_static": t["xcal"] / t["static"],
+                "xcal_overhead_pct": 100 * (t["xcal"] / t["static"] - 1),
+            }
+        )
+    cols = [
+        "dataset",
+        "model",
+        "nondp_s",
+        "static_s",
+        "xcal_s",
+        "static_over_nondp",
+        "xcal_over_static",
+        "xcal_overhead_pct",
+    ]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def write_tables(runs: Sequence[str | Path], out_dir: str | Path) -> None:
+    """Write every table of `TABLES` into `out_dir` from the run folders."""
+    frame = collect(runs)
+    builders = {
+        "xcal_main": main_table,
+        "xcal_efficiency": efficiency_table,
+        "xcal_clients": clients_table,
+        "xcal_shift": shift_table,
+        "xcal_ablation": ablation_table,
+        "xcal_runtime": runtime_table,
+    }
+    for name in TABLES:
+        write_table(builders[name](frame), Path(out_dir) / f"{name}.csv")
+
+
+# ---------------------------------------------------------------------------------- figures
+
+
+def _label(row: pd.Series) -> str:
+    eps = "inf" if math.isinf(row["eps"]) else f"{row['eps']:g}"
+    return f"{row['method']} ε={eps}"
+
+
+def _no_data(ax: plt.Axes, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
+    ax.set_axis_off()
+
+
+def trajectories_figure(frame: pd.DataFrame) -> plt.Figure:
+    """F1 and ROAD vs cumulative ε of each private IID run, one row per dataset × model."""
+    private = frame[(frame["shift"] == "iid") & np.isfinite(frame["eps"].astype(float))]
+    combos = list(dict.fromkeys(zip(private["dataset"], private["model"], strict=True)))
+    fig, axes = plt.subplots(
+        max(1, len(combos)), 2, figsize=(10, 3.2 * max(1, len(combos))), squeeze=False
+    )
+    if not combos:
+        _no_data(axes[0, 0], "no private IID runs")
+        _no_data(axes[0, 1], "")
+    for (dataset, model), row_axes in zip(combos, axes, strict=True):
+        runs = private[(private["dataset"] == dataset) & (private["model"] == model)]
+        for _, run in runs.iterrows():
+            rounds = pd.read_csv(Path(run["run"]) / "rounds.csv")
+            style = "-" if run["method"].startswith("xcal") else "--"
+            label = f"{_label(run)} c{run['clients']}"
+            row_axes[0].plot(rounds["epsilon"], rounds["f1"], style, marker="o", ms=3, label=label)
+            with_road = rounds.dropna(subset=["road"])
+            row_axes[1].plot(
+                with_road["epsilon"], with_road["road"], style, marker="o", ms=3, label=label
+            )
+        row_axes[0].set(
+            title=f"{dataset} / {model}: macro F1", xlabel="cumulative ε", ylabel="macro F1"
+        )
+        row_axes[1].set(
+            title=f"{dataset} / {model}: ROAD", xlabel="cumulative ε", ylabel="ROAD combined"
+        )
+        row_axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def clients_shift_figure(frame: pd.DataFrame) -> plt.Figure:
+    """F1 and ROAD vs number of clients, one line per dataset × method × shift (static, xcal)."""
+    fed = frame[frame["method"].isin(["static", "xcal"]) & (frame["clients"] > 1)]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    if fed.empty:
+        _no_data(axes[0], "no static/xcal runs")
+        _no_data(axes[1], "")
+        return fig
+    for key, group in fed.groupby(["dataset", "model", "method", "shift", "eps"], sort=False):
+        group = group.sort_values("clients")
+        style = "-" if key[2] == "xcal" else "--"
+        label = f"{key[0]} {key[1]} {key[2]} {key[3]} ε={key[4]:g}"
+        axes[0].plot(group["clients"], group["f1"], style, marker="o", label=label)
+        axes[1].plot(group["clients"], group["road"], style, marker="o", label=label)
+    for ax, name in zip(axes, ("macro F1", "ROAD combined"), strict=True):
+        ax.set(xlabel="clients", ylabel=name, xscale="log")
+        ax.minorticks_off()
+        ax.set_xticks(sorted(fed["clients"].unique()))
+        ax.set_xticklabels([str(c) for c in sorted(fed["clients"].unique())])
+    axes[1].legend(fontsize=6)
+    fig.tight_layout()
+    return fig
+
+
+def ablation_figure(frame: pd.DataFrame) -> plt.Figure:
+    """Grouped bars: F1 and ROAD per preset at each ε (one group per dataset × model × ε)."""
+    table = ablation_table(frame)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    if table.empty:
+        _no_data(axes[0], "no xcal runs")
+        _no_data(axes[1], "")
+        return fig
+    table = table.assign(
+        group=[
+            f"{d}\n{m}\nε={e:g} c{c}"
+            for d, m, e, c in zip(
+                table["dataset"], table["model"], table["eps"], table["clients"], strict=True
+            )
+        ]
+    )
+    groups = list(dict.fromkeys(table["group"]))
+    presets = list(dict.fromkeys(table["preset"]))
+    width = 0.8 / len(presets)
+    for ax, metric in zip(axes, ("f1", "road"), strict=True):
+        for i, preset in enumerate(presets):
+            sub = table[table["preset"] == preset].set_index("group")
+            values = [sub[metric].get(g, np.nan) for g in groups]
+            ax.bar(np.arange(len(groups)) + i * width, values, width, label=preset)
+        ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2)
+        ax.set_xticklabels(groups, fontsize=6)
+        ax.set_ylabel("macro F1" if metric == "f1" else "ROAD combined")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def _pairs(frame: pd.DataFrame) -> list[tuple[pd.Series, pd.Series]]:
+    """(static run, xcal run) with the same dataset, model, shift, clients and ε."""
+    pairs = []
+    static = frame[frame["method"] == "static"]
+    xcal = frame[frame["method"] == "xcal"]
+    for _, s in static.iterrows():
+        match = xcal[
+            (
+                xcal[["dataset", "model", "shift", "clients", "eps"]]
+                == s[["dataset", "model", "shift", "clients", "eps"]]
+            ).all(axis=1)
+        ]
+        if len(match):
+            pairs.append((s, match.iloc[0]))
+    return pairs
+
+
+def gradcam_figure(frame: pd.DataFrame) -> plt.Figure:
+    """Test images with the final models' Grad-CAM: static DP-FL vs XCal-FL (first pair per
+    dataset; same images, so the maps compare directly)."""
+    pairs = list({s["dataset"]: (s, x) for s, x in reversed(_pairs(frame))}.values())[::-1]
+    if not pairs:
+        fig, ax = plt.subplots(figsize=(4, 2))
+        _no_data(ax, "no static/xcal pair")
+        return fig
+    n_ex = min(np.load(Path(pairs[0][0]["run"]) / "gradcam.npz")["cams"].shape[0], 4)
+    fig, axes = plt.subplots(
+        len(pairs) * 3, n_ex, figsize=(2 * n_ex, 6.2 * len(pairs)), squeeze=False
+    )
+    for p, (s, x) in enumerate(pairs):
+        data = {
+            name: np.load(Path(run["run"]) / "gradcam.npz")
+            for name, run in (("static", s), ("xcal", x))
+        }
+        for j in range(n_ex):
+            image = data["static"]["images"][j].transpose(1, 2, 0)
+            image = image[..., 0] if image.shape[-1] == 1 else image
+            axes[3 * p, j].imshow(image, cmap="gray" if image.ndim == 2 else None)
+            axes[3 * p, j].set_title(
+                f"{s['dataset']} label {int(data['static']['labels'][j])}", fontsize=7
+            )
+            for k, name in enumerate(("static", "xcal"), start=1):
+                ax = axes[3 * p + k, j]
+                ax.imshow(image, cmap="gray" if image.ndim == 2 else None)
+                ax.imshow(data[name]["cams"][j], cmap="jet", alpha=0.45, vmin=0, vmax=1)
+                ax.set_title(
+                    f"{name} ε={s['eps']:g} pred {int(data[name]['predictions'][j])}", fontsize=7
+                )
+        for ax in axes[3 * p : 3 * p + 3].ravel():
+            ax.set_axis_off()
+    fig.tight_layout()
+    return fig
+
+
+def write_figures(runs: Sequence[str | Path], out_dir: str | Path) -> None:
+    """Write every figure of `FIGURES` into `out_dir` from the run folders."""
+    frame = collect(runs)
+    builders = {
+        "xcal_trajectories": trajectories_figure,
+        "xcal_clients_shift": clients_shift_figure,
+        "xcal_ablation": ablation_figure,
+        "xcal_gradcam": gradcam_figure,
+    }
+    for name in FIGURES:
+        save_figure(builders[name](frame), Path(out_dir) / f"{name}.png")

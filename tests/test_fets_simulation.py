@@ -1,0 +1,113 @@
+"""The fets federation end to end on tiny synthetic FeTS data: outputs, learning, resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpmed.data import fets
+from dpmed.data.synthetic import fets as synthetic_fets
+from dpmed.federated import simulation
+from dpmed.federated.metrics import subject_scores
+from dpmed.runtime import load_checkpoint
+
+PARAMS = {
+    "rounds": 3, "participation": 0.2, "selection": "sliding_window", "local_epochs": 1,
+    "lr": 0.01, "batch_size": 4, "patch_size": [16, 16, 16], "patches_per_subject": 2,
+    "base_filters": 2, "depth": 2, "norm": "group", "clip_norm": 100.0, "delta": 1e-5,
+    "simagg_distance": "l2", "sound_calibration": "analytic", "hd95": False,
+}  # fmt: skip
+WILDCARDS = {"aggregator": "dp_simagg", "dpmode": "paper", "eps": "10", "seed": "0"}
+
+
+@pytest.fixture(scope="module")
+def processed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("fets")
+    cfg = {"raw": "synthetic", "partitioning": "partitioning_2.csv", "val_fraction": 0.2,
+           "split_seed": 0, "synthetic": {"shape": [24, 24, 16], "subjects_scale": 0.03,
+                                          "seed": 0}}  # fmt: skip
+    synthetic_fets.generate(root / "raw", "fets", cfg, seed=0)
+    fets.preprocess(root / "raw", root / "processed", "fets", cfg)
+    return root / "processed"
+
+
+class Killed(Exception):
+    pass
+
+
+def test_subject_scores_by_hand():
+    truth = np.array([0, 1, 2, 4, 4, 0])
+    pred = np.array([0, 1, 1, 4, 0, 0])
+    s = subject_scores(pred, truth, with_hd95=False)
+    assert s["dice_label4"] == pytest.approx(2 * 1 / 3)  # |P|=1, |T|=2, overlap 1
+    assert s["dice_label2"] == 0.0 and s["dice_label1"] == pytest.approx(2 / 3)
+    assert s["dice_WT"] == pytest.approx(2 * 3 / (3 + 4))
+    assert s["dice_TC"] == pytest.approx(2 * 2 / (3 + 3))
+    empty = subject_scores(np.zeros(4, int), np.zeros(4, int), with_hd95=False)
+    assert empty["dice_ET"] == 1.0  # both empty
+
+
+def test_killed_run_resumes_to_the_uninterrupted_result(processed, tmp_path, monkeypatch):
+    whole = tmp_path / "whole"
+    simulation.run(processed, whole, WILDCARDS, PARAMS, seed=11, device="cpu", threads=1)
+
+    real_save = simulation.save_checkpoint
+
+    def save_then_die(path, state):  # noqa: E306
+        real_save(path, state)
+        if state["round"] == 2:
+            raise Killed
+
+    part = tmp_path / "part"
+    monkeypatch.setattr(simulation, "save_checkpoint", save_then_die)
+    with pytest.raises(Killed):
+        simulation.run(processed, part, WILDCARDS, PARAMS, seed=11, device="cpu", threads=1)
+    assert not (part / "rounds.csv").exists()
+    monkeypatch.setattr(simulation, "save_checkpoint", real_save)
+    simulation.run(processed, part, WILDCARDS, PARAMS, seed=11, device="cpu", threads=1)
+
+    for name in ("rounds.csv", "selection.csv", "metrics.json", "privacy.json"):
+        assert (part / name).read_bytes() == (whole / name).read_bytes(), name
+    a, b = load_checkpoint(whole / "checkpoint.pt"), load_checkpoint(part / "checkpoint.pt")
+    assert a["state"].keys() == b["state"].keys()
+    assert all(a["state"][k].tobytes() == b["state"][k].tobytes() for k in a["state"])
+    assert json.loads((part / "resources.json").read_text())["attempts"] == 2
+
+
+def test_outputs_and_privacy_of_a_sound_run(processed, tmp_path):
+    wc = {"aggregator": "dp_fedavg", "dpmode": "sound", "eps": "1", "seed": "0"}
+    metrics = simulation.run(processed, tmp_path, wc, PARAMS, seed=3, device="cpu", threads=1)
+    rounds = pd.read_csv(tmp_path / "rounds.csv")
+    assert rounds["round"].tolist() == [0, 1, 2, 3]
+    assert (rounds["mechanisms"].iloc[1:] == 1).all()
+    assert rounds["delta_f"].iloc[1] == pytest.approx(2 * 100.0 / 6)
+    assert (rounds["sim_time_s"].diff().iloc[1:] > 0).all()
+    priv = json.loads((tmp_path / "privacy.json").read_text())
+    assert priv["guarantee"] == "dp" and priv["epsilon"] <= 3 * 1.0
+    assert priv["epsilon"] == min(priv["epsilon_by_accountant"].values())
+    sel = pd.read_csv(tmp_path / "selection.csv")
+    assert sel.groupby("round").size().tolist() == [6, 6, 6]
+    # A round lasts as long as its slowest collaborator (trainers are among the slowest).
+    per_round = sel.groupby("round")["sim_time_s"].max().to_numpy()
+    assert (per_round <= rounds["round_time_s"].iloc[1:].to_numpy() + 1e-9).all()
+    assert (sel["sim_time_s"] >= 3.0).all()  # download + validation + ... each at least 1 s
+    resources = json.loads((tmp_path / "resources.json").read_text())
+    assert resources["energy_method"].startswith("estimate") and resources["peak_rss_mb"] > 0
+    assert metrics["n_parameters"] > 0 and metrics["guarantee"] == "dp"
+
+
+def test_hd95_rules_and_value():
+    a = np.zeros((12, 12, 12), dtype=bool)
+    a[2:5, 2:5, 2:5] = True
+    b = np.zeros_like(a)
+    b[2:5, 2:5, 6:9] = True  # the same cube shifted by 4 voxels along z
+    scores = subject_scores(np.where(a, 4, 0), np.where(b, 4, 0), with_hd95=True)
+    assert scores["hd95_ET"] == pytest.approx(4.0)
+    empty = subject_scores(np.zeros_like(a, int), np.where(b, 4, 0), with_hd95=True)
+    assert empty["hd95_WT"] == pytest.approx(np.linalg.norm(a.shape))
+    none = subject_scores(np.zeros_like(a, int), np.zeros_like(a, int), with_hd95=True)
+    assert none["hd95_TC"] == 0.0

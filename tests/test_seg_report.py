@@ -1,0 +1,123 @@
+"""seg tables and figures from hand-made metrics.json files (means/stds computed by hand)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from dpmed.report.seg import (
+    clipping_figure,
+    collect_runs,
+    main_table,
+    setting_method,
+    training_time_figure,
+    write_main_table,
+)
+
+
+def _write(
+    tmp_path,
+    dataset,
+    model,
+    clip,
+    morph,
+    eps,
+    seed,
+    dice,
+    hd95=5.0,
+    mae=0.1,
+    val=None,
+    secs=10.0,
+    **extra,
+):
+    wc = dict(dataset=dataset, model=model, clip=clip, morph=morph, eps=eps, seed=str(seed))
+    path = tmp_path / "_".join(wc.values()) / "metrics.json"
+    path.parent.mkdir(parents=True)
+    body = dict(
+        wildcards=wc,
+        dice=dice,
+        hd95=hd95,
+        mae=mae,
+        val_dice=dice if val is None else val,
+        train_seconds=secs,
+        hd95_empty=1,
+        **extra,
+    )
+    path.write_text(json.dumps(body))
+    return path
+
+
+@pytest.fixture
+def runs(tmp_path):
+    return [
+        _write(tmp_path, "duke", "unet", "none", "none", "inf", 0, 0.80, hd95=8.0),
+        _write(tmp_path, "duke", "unet", "none", "none", "inf", 1, 0.84, hd95=6.0),
+        _write(tmp_path, "duke", "unet", "flat", "none", "200", 0, 0.70),
+        _write(tmp_path, "duke", "unet", "flat", "both-k3", "200", 0, 0.72, val=0.5),
+        _write(tmp_path, "duke", "unet", "flat", "open-k5", "200", 0, 0.60, val=0.9),
+        _write(tmp_path, "duke", "unet", "autos", "adaptive-v2", "200", 0, 0.71, secs=20.0),
+        _write(
+            tmp_path, "covidct", "infnet", "psac", "none", "200", 0, 0.4, s_alpha=0.6, e_phi=0.7
+        ),
+    ]
+
+
+def test_labels_follow_table_3():
+    assert setting_method("none", "none") == ("Non-private", "No Morph")
+    assert setting_method("none", "adaptive-v1") == ("Non-private", "Adaptive Morph (v1)")
+    assert setting_method("autos", "none") == ("DP (no morph)", "AUTO-S")
+    assert setting_method("flat", "both-k3") == ("DP + Morph", "Flat (both-k3)")
+    assert setting_method("psac", "adaptive-v3") == ("DP + Adaptive Morph (v3)", "PSAC")
+
+
+def test_main_table_means_and_stds_over_seeds(runs):
+    table = main_table(collect_runs(runs), "duke")
+    assert len(table) == 5  # one row per (model, clip, morph, eps) cell
+    first = table.iloc[0]
+    assert (first["setting"], first["method"], first["seeds"]) == ("Non-private", "No Morph", 2)
+    assert first["dice_mean"] == pytest.approx(0.82)
+    assert first["dice_std"] == pytest.approx(math.sqrt(2 * 0.02**2))  # ddof 1
+    assert first["HD95"] == "7.0000 ± 1.4142"
+    assert math.isnan(table.iloc[1]["dice_std"]) and table.iloc[1]["Dice"] == "0.7000 (n=1)"
+    assert list(table["setting"]) == [
+        "Non-private",
+        "DP (no morph)",
+        "DP + Morph",
+        "DP + Morph",
+        "DP + Adaptive Morph (v2)",
+    ]
+    assert "S_alpha" not in table.columns
+
+
+def test_covid_table_has_structure_measures(runs, tmp_path):
+    out = tmp_path / "tables" / "seg_main_covidct.csv"
+    write_main_table(runs, "covidct", out)
+    table = pd.read_csv(out)
+    assert table.loc[0, "s_alpha_mean"] == pytest.approx(0.6)
+    assert table.loc[0, "e_phi_mean"] == pytest.approx(0.7)
+    assert out.with_suffix(".md").exists()
+
+
+def test_figures_are_written(runs, tmp_path):
+    clipping_figure(runs, "duke", tmp_path / "fig" / "seg_fig3_duke.png")
+    training_time_figure(runs, tmp_path / "fig" / "seg_fig8_training_time.png")
+    for name in ("seg_fig3_duke", "seg_fig8_training_time"):
+        assert (tmp_path / "fig" / f"{name}.png").stat().st_size > 1000
+        assert (tmp_path / "fig" / f"{name}.pdf").exists()
+
+
+def test_figures_are_byte_identical_on_rerun(runs, tmp_path):
+    clipping_figure(runs, "duke", tmp_path / "a.png")
+    clipping_figure(runs, "duke", tmp_path / "b.png")
+    assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
+
+
+def test_figure_morph_bar_is_the_fixed_variant_best_on_validation(runs):
+    from dpmed.report.seg import _best_fixed, _cell_means
+
+    cells = _cell_means(collect_runs(runs))
+    chosen = _best_fixed(cells[(cells["model"] == "unet") & (cells["clip"] == "flat")])
+    assert chosen["morph"] == "open-k5"  # val 0.9 beats both-k3's 0.5 despite lower test Dice

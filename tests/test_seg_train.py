@@ -1,0 +1,152 @@
+"""seg training end to end in-process on synthetic Duke: learning signal, privacy record,
+resume after a kill gives the same result as an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+from conftest import REPO
+
+import dpmed.seg.train as seg_train
+from dpmed.data.stage import preprocess, synthesize
+from dpmed.seg.data import load_seg_data
+from dpmed.seg.train import CHECKPOINT, train_seg
+
+PARAMS = dict(
+    epochs=2,
+    batch_size=8,
+    lr=0.003,
+    optimizer="adam",
+    clip_norm=1.0,
+    delta=1e-5,
+    accountant="rdp",
+    grad_sample_mode="auto",
+    autos_gamma=0.01,
+    r=0.1,
+    quantiles=[20, 85],
+    adaptive_scope="batch",
+    width=8,
+    depth=3,
+    deep_supervision=True,
+    dice_weight=1.0,
+)
+
+
+def wildcards(**kw: str) -> dict[str, str]:
+    wc = dict(dataset="duke", model="unet", clip="none", morph="none", eps="inf", seed="0")
+    return wc | kw
+
+
+@pytest.fixture(scope="module")
+def duke(tmp_path_factory) -> str:
+    cfg = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())["data"]["duke"]
+    root = tmp_path_factory.mktemp("seg_duke")
+    synthesize("duke", cfg, root / "raw")
+    preprocess("duke", cfg, root / "raw", root / "processed")
+    return str(root / "processed")
+
+
+def test_non_private_unet_learns_beyond_all_background(duke, tmp_path):
+    data = load_seg_data(duke, "duke")
+    test = data.splits["test"]
+    # an all-background prediction has Dice 0 on every layer present in the ground truth
+    assert all(bool((test.masks == c).any()) for c in data.eval_classes)
+    params = PARAMS | {"epochs": 25, "lr": 0.01, "batch_size": 4}
+    metrics = train_seg(duke, tmp_path, wildcards(), params, 0, "cpu", 1)
+    assert metrics["dice"] > 0.5  # measured ≈ 0.7 (all-background: 0)
+    history = pd.read_csv(tmp_path / "history.csv")
+    assert list(history["epoch"]) == list(range(1, 26))
+    assert history["loss"].iloc[-1] < history["loss"].iloc[0]
+    assert set(history.columns) >= {"loss", "val_dice", "epsilon", "seconds"}
+    privacy = json.loads((tmp_path / "privacy.json").read_text())
+    assert privacy["guarantee"] == "none" and privacy["epsilon"] is None
+    assert not (tmp_path / CHECKPOINT).exists()
+    state = torch.load(tmp_path / "model.pt", weights_only=False)
+    assert state["model"] == "unet" and state["n_classes"] == 9
+
+
+def test_private_run_records_both_accountants_within_target(duke, tmp_path):
+    metrics = train_seg(duke, tmp_path, wildcards(clip="psac", eps="20"), PARAMS, 0, "cpu", 1)
+    privacy = json.loads((tmp_path / "privacy.json").read_text())
+    assert privacy["guarantee"] == "dp" and privacy["sampling"] == "poisson"
+    assert privacy["epsilon"] <= 20 + 0.01
+    assert set(privacy["epsilon_by_accountant"]) == {"rdp", "prv"}
+    assert privacy["epsilon_by_accountant"]["prv"] <= 20 + 0.5
+    n_train = metrics["n_train"]
+    assert privacy["sample_rate"] == pytest.approx(8 / n_train)
+    assert privacy["steps"] == PARAMS["epochs"] * int(n_train / 8)
+    history = pd.read_csv(tmp_path / "history.csv")
+    assert history["epsilon"].is_monotonic_increasing
+    assert history["epsilon"].iloc[-1] == pytest.approx(privacy["epsilon"])
+
+
+def test_adaptive_batch_scope_is_labelled_and_logged(duke, tmp_path):
+    train_seg(
+        duke,
+        tmp_path,
+        wildcards(model="unetpp", clip="flat", morph="adaptive-v2", eps="50"),
+        PARAMS,
+        0,
+        "cpu",
+        1,
+    )
+    privacy = json.loads((tmp_path / "privacy.json").read_text())
+    assert privacy["guarantee"] == "paper-approximation" and privacy["reasons"]
+    log = pd.read_csv(tmp_path / "morph_log.csv")
+    assert sorted(set(log["epoch"])) == [1, 2] and sorted(set(log["class"])) == list(range(1, 8))
+    shares = log[["share_open", "share_close", "share_both"]].sum(axis=1)
+    assert shares.to_numpy() == pytest.approx(1.0)
+    assert "open" not in set(log["operation"])  # v2: thick layers get both, never opening
+
+
+def test_killed_run_resumes_to_the_same_result(duke, tmp_path, monkeypatch):
+    wc = wildcards(clip="flat", eps="30")
+    params = PARAMS | {"epochs": 3}
+    reference = train_seg(duke, tmp_path / "ref", wc, params, 5, "cpu", 1)
+
+    original = seg_train.save_checkpoint
+
+    def save_then_die(path, state):
+        original(path, state)
+        if state["epoch"] == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(seg_train, "save_checkpoint", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train_seg(duke, tmp_path / "run", wc, params, 5, "cpu", 1)
+    assert (tmp_path / "run" / CHECKPOINT).exists()
+    monkeypatch.setattr(seg_train, "save_checkpoint", original)
+    resumed = train_seg(duke, tmp_path / "run", wc, params, 5, "cpu", 1)
+    for key in ("dice", "hd95", "mae", "val_dice"):
+        assert resumed[key] == pytest.approx(reference[key], rel=1e-6)
+    a = pd.read_csv(tmp_path / "ref" / "history.csv")
+    b = pd.read_csv(tmp_path / "run" / "history.csv")
+    pd.testing.assert_series_equal(a["loss"], b["loss"], rtol=1e-6)
+    pd.testing.assert_series_equal(a["epsilon"], b["epsilon"])
+    assert not (tmp_path / "run" / CHECKPOINT).exists()
+
+
+def test_checkpoint_of_another_configuration_is_not_resumed(duke, tmp_path, monkeypatch):
+    original = seg_train.save_checkpoint
+
+    def save_then_die(path, state):
+        original(path, state)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(seg_train, "save_checkpoint", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train_seg(duke, tmp_path, wildcards(), PARAMS, 0, "cpu", 1)
+    monkeypatch.setattr(seg_train, "save_checkpoint", original)
+    train_seg(duke, tmp_path, wildcards(), PARAMS | {"lr": 0.002}, 0, "cpu", 1)
+    assert len(pd.read_csv(tmp_path / "history.csv")) == 2
+
+
+def test_non_private_with_clip_rule_is_rejected(duke, tmp_path):
+    with pytest.raises(Exception, match="eps"):
+        train_seg(duke, tmp_path, wildcards(clip="flat", eps="inf"), PARAMS, 0, "cpu", 1)
+    assert not math.isnan(PARAMS["lr"])

@@ -1,0 +1,99 @@
+"""The seg part of the smoke DAG, run once: every run's outputs, privacy, tables, figures."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import REPO, run_snakemake
+
+from dpmed.config.checks import check_config
+from dpmed.config.wildcards import parse_eps
+from dpmed.seg.outputs import RUN_FILES
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """(workdir, jobs, seconds) after `snakemake seg_results` on config/smoke.yaml."""
+    workdir = tmp_path_factory.mktemp("seg_smoke")
+    start = time.perf_counter()
+    run_snakemake(
+        "seg_results",
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(REPO / "config" / "smoke.yaml"),
+        "--cores",
+        "2",
+    )
+    seconds = time.perf_counter() - start
+    config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+    jobs = check_config(config, REPO / "config" / "schema.yaml").jobs("seg")
+    print(f"seg smoke DAG: {len(jobs)} runs in {seconds:.0f} s")
+    return workdir, jobs, seconds
+
+
+def test_smoke_grid_covers_the_issue(smoke):
+    _, jobs, _ = smoke
+    wcs = [job.wc for job in jobs]
+    assert {wc["model"] for wc in wcs} == {"unet", "unetpp", "lfunet", "infnet"}
+    assert {wc["clip"] for wc in wcs} == {"none", "flat", "nsgd", "autos", "psac"}
+    kinds = {"none" if m == "none" else m.split("-")[0] for m in (wc["morph"] for wc in wcs)}
+    assert {"none", "adaptive"} <= kinds and kinds & {"open", "close", "both"}
+    cells = pd.DataFrame(wcs).groupby(["dataset", "model", "clip", "morph", "eps"]).size()
+    assert cells.max() >= 2
+    assert all(job.params["epochs"] >= 2 for job in jobs)
+
+
+def test_every_run_has_its_outputs_and_privacy(smoke):
+    workdir, jobs, _ = smoke
+    for job in jobs:
+        folder = workdir / job.path
+        for name in RUN_FILES:
+            assert (folder / name).exists(), folder / name
+        assert not (folder / "checkpoint.pt").exists()
+        privacy = json.loads((folder / "privacy.json").read_text())
+        history = pd.read_csv(folder / "history.csv")
+        assert len(history) == job.params["epochs"]
+        eps = parse_eps(job.wc["eps"])
+        if job.wc["clip"] == "none":
+            assert privacy["guarantee"] == "none"
+        else:
+            assert privacy["epsilon"] <= eps + 0.01
+            assert privacy["epsilon_by_accountant"]["prv"] <= eps + 0.5
+            assert privacy["noise_multipliers"][0] > 0
+            assert privacy["extra"]["clip_rule"] == job.wc["clip"]
+        metrics = json.loads((folder / "metrics.json").read_text())
+        assert 0 <= metrics["dice"] <= 1 and 0 <= metrics["mae"] <= 1
+        if job.wc["dataset"] == "covidct":
+            assert 0 <= metrics["s_alpha"] <= 1 and 0 <= metrics["e_phi"] <= 1.1
+
+
+def test_training_reduces_the_loss_of_non_private_runs(smoke):
+    workdir, jobs, _ = smoke
+    for job in jobs:
+        if job.wc["clip"] == "none":
+            history = pd.read_csv(workdir / job.path / "history.csv")
+            assert history["loss"].iloc[-1] < history["loss"].iloc[0], job.path
+
+
+def test_tables_have_one_row_per_cell(smoke):
+    workdir, jobs, _ = smoke
+    frame = pd.DataFrame([job.wc for job in jobs])
+    for dataset, sub in frame.groupby("dataset"):
+        table = pd.read_csv(workdir / f"results/tables/seg_main_{dataset}.csv")
+        assert len(table) == len(sub.drop(columns="seed").drop_duplicates())
+        assert table["seeds"].sum() == len(sub)
+        assert ("S_alpha" in table.columns) == (dataset == "covidct")
+        assert (workdir / f"results/tables/seg_main_{dataset}.md").exists()
+
+
+def test_figures_exist(smoke):
+    workdir, _, _ = smoke
+    for name in ("seg_fig3_duke", "seg_fig4_umn", "seg_fig5_covidct", "seg_fig8_training_time"):
+        assert (workdir / f"results/figures/{name}.png").stat().st_size > 1000

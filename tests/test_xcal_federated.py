@@ -1,0 +1,182 @@
+"""XCal-FL loop: FedAvg, partitions as the clients see them, learning, privacy and resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from dpmed.data.partition import apply_brightness, dirichlet_counts
+from dpmed.data.stage import preprocess, synthesize
+from dpmed.federated import xcal as xcal_module
+from dpmed.federated.xcal import fedavg, partition, run_xcal
+from dpmed.federated.xcal_client import ClientUpdate
+
+PARAMS = {
+    "rounds": 2,
+    "local_epochs": 1,
+    "batch_size": 16,
+    "lr": 0.01,
+    "momentum": 0.9,
+    "clip_norm": 1.0,
+    "delta": 1e-5,
+    "signal_fraction": 0.1,
+    "band": 0.2,
+    "top_q": 0.2,
+    "ema": 0.9,
+    "presets": {"balanced": [1, 1, 1], "logit": [1, 0, 0]},
+    "dirichlet_alpha": 0.5,
+    "brightness": [0.6, 1.4],
+    "road_subsample": 6,
+    "road_every": 1,
+    "road_percentages": [0.3, 0.7],
+    "width_scale": 0.125,
+}
+
+
+def _data(root: Path, counts: list[int]) -> Path:
+    cfg = {"raw": "synthetic", "size": 28, "synthetic": {"counts": counts, "seed": 0}}
+    synthesize("bloodmnist", cfg, root / "raw")
+    preprocess("bloodmnist", cfg, root / "raw", root / "processed")
+    return root / "processed"
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> Path:
+    return _data(tmp_path_factory.mktemp("xcal_small"), [120, 20, 40])
+
+
+def _wc(method: str, eps: str, clients: str = "3", shift: str = "iid") -> dict[str, str]:
+    return {
+        "dataset": "bloodmnist",
+        "model": "resnet18",
+        "method": method,
+        "shift": shift,
+        "clients": clients,
+        "eps": eps,
+        "seed": "0",
+    }
+
+
+def test_fedavg_weights_by_sample_count():
+    a = ClientUpdate({"w": torch.tensor([1.0, 2.0])}, 10, {})
+    b = ClientUpdate({"w": torch.tensor([4.0, -1.0])}, 30, {})
+    torch.testing.assert_close(fedavg([a, b])["w"], torch.tensor([3.25, -0.25]))
+
+
+def test_label_shift_clients_follow_the_dirichlet_draw():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 4, 300)
+    images = np.arange(300, dtype=np.uint8)[:, None, None, None] * np.ones((1, 2, 2, 1), np.uint8)
+    parts = partition(images, labels, "label", 5, PARAMS, seed=11)
+    # Independent redraw in the documented order: per-class shuffles, then per-class Dirichlet.
+    redraw = np.random.default_rng(11)
+    for c in range(4):
+        redraw.permutation(np.flatnonzero(labels == c))
+    proportions = np.stack([redraw.dirichlet(np.full(5, 0.5)) for _ in range(4)])
+    expected = dirichlet_counts(proportions, np.bincount(labels, minlength=4))
+    got = np.stack([np.bincount(lab, minlength=4) for _, lab in parts], axis=1)
+    np.testing.assert_array_equal(got, expected)
+    assert sum(len(lab) for _, lab in parts) == 300
+
+
+def test_covariate_shift_applies_the_configured_brightness():
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 256, (30, 4, 4, 3), dtype=np.uint8)
+    labels = rng.integers(0, 3, 30)
+    parts = partition(images, labels, "covariate", 3, {**PARAMS, "brightness": [0.5, 1.5]}, seed=2)
+    iid = partition(images, labels, "iid", 3, PARAMS, seed=2)  # the same index draw
+    assert any(not np.array_equal(a, b) for (a, _), (b, _) in zip(parts, iid, strict=True))
+    for (shifted, _), (plain, _), factor in zip(parts, iid, [0.5, 1.0, 1.5], strict=True):
+        np.testing.assert_array_equal(shifted, apply_brightness(plain, factor))
+
+
+def test_nondp_federated_learning_is_clearly_above_chance(tmp_path):
+    """Synthetic BloodMNIST at 28² learns slowly with the tiny smoke ResNet (centralized: macro
+    F1 ≈ 0.12 after 8 epochs, ≈ 0.27 after 24), so this run is longer than the smoke runs:
+    3 IID clients × 20 rounds × 3 local epochs."""
+    processed = _data(tmp_path / "data", [600, 40, 200])
+    params = {
+        **PARAMS,
+        "rounds": 20,
+        "local_epochs": 3,
+        "batch_size": 32,
+        "road_every": 100,
+        "road_subsample": 4,
+    }
+    metrics = run_xcal(
+        processed, tmp_path / "run", _wc("nondp", "inf"), params, seed=0, device="cpu", threads=1
+    )
+    # 8 classes: a constant prediction has macro F1 ≈ 0.04, a uniform random guess ≈ 0.11.
+    assert metrics["f1"] > 0.2
+    assert metrics["epsilon"] is None
+    f1 = pd.read_csv(tmp_path / "run" / "rounds.csv")["f1"]
+    assert f1.iloc[-5:].mean() > f1.iloc[:5].mean() + 0.08
+
+
+@pytest.mark.parametrize(("method", "eps"), [("xcal", "2"), ("static", "2"), ("agp", "2")])
+def test_private_runs_stay_within_the_target_and_write_every_output(small, tmp_path, method, eps):
+    out = tmp_path / method
+    run_xcal(small, out, _wc(method, eps), PARAMS, seed=0, device="cpu", threads=1)
+    privacy = json.loads((out / "privacy.json").read_text())
+    assert privacy["guarantee"] == "dp" and privacy["sampling"] == "poisson"
+    assert 0 < privacy["epsilon"] <= 2.0
+    assert privacy["epsilon"] == pytest.approx(max(privacy["extra"]["client_epsilon"]))
+    rounds = pd.read_csv(out / "rounds.csv")
+    assert list(rounds["round"]) == [1, 2]
+    assert rounds["epsilon"].is_monotonic_increasing and rounds["epsilon"].iloc[-1] <= 2.0
+    road = json.loads((out / "road.json").read_text())
+    assert len(road["morf"]) == len(road["lerf"]) == 2 and road["subsample"] == 6
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["road"] == pytest.approx(road["combined"])
+    assert not (out / "checkpoint.pt").exists()
+    if method == "xcal":
+        extra = privacy["extra"]
+        for s, g, total in zip(
+            extra["client_epsilon_signal"],
+            extra["client_epsilon_gradient"],
+            extra["client_epsilon"],
+            strict=True,
+        ):
+            assert s <= 0.1 * 2.0 + 1e-9 and g <= 0.9 * 2.0 + 1e-9
+            assert total == pytest.approx(s + g)
+        ref = extra["client_sigma_ref"]
+        assert metrics["sigma_min"] >= 0.8 * min(ref) - 1e-9
+        assert metrics["sigma_max"] <= 1.2 * max(ref) + 1e-9
+
+
+def test_a_killed_run_resumes_to_the_same_result(small, tmp_path, monkeypatch):
+    wc = _wc("xcal-logit", "3", shift="label")
+    run_xcal(small, tmp_path / "fresh", wc, PARAMS, seed=0, device="cpu", threads=1)
+
+    calls = {"n": 0}
+    original = xcal_module.xcal_eval.test_metrics
+
+    def dies_in_round_two(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt("killed")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(xcal_module.xcal_eval, "test_metrics", dies_in_round_two)
+    with pytest.raises(KeyboardInterrupt):
+        run_xcal(small, tmp_path / "resumed", wc, PARAMS, seed=0, device="cpu", threads=1)
+    assert (tmp_path / "resumed" / "checkpoint.pt").exists()
+    monkeypatch.setattr(xcal_module.xcal_eval, "test_metrics", original)
+    run_xcal(small, tmp_path / "resumed", wc, PARAMS, seed=0, device="cpu", threads=1)
+    cols = ["round", "f1", "accuracy", "epsilon", "road"]
+    fresh = pd.read_csv(tmp_path / "fresh" / "rounds.csv")[cols]
+    resumed = pd.read_csv(tmp_path / "resumed" / "rounds.csv")[cols]
+    pd.testing.assert_frame_equal(fresh, resumed)
+    for name in ("privacy.json", "road.json"):
+        assert (tmp_path / "fresh" / name).read_text() == (tmp_path / "resumed" / name).read_text()
+
+
+def test_efficiency_is_the_slope_between_the_first_and_last_defined_rounds():
+    assert xcal_module.efficiency([0.2, None, 0.5], [1.0, 2.0, 4.0]) == pytest.approx(0.1)
+    assert xcal_module.efficiency([0.2, 0.3], [None, None]) is None  # non-private
+    assert xcal_module.efficiency([0.2, 0.3], [2.0, 2.0]) is None  # no ε spent in between

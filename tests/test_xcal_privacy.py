@@ -1,0 +1,160 @@
+"""xcal privacy: RDP ledger vs Opacus, the Rényi filter, the DP-SGD step and AGP's noise."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opacus.accountants import RDPAccountant
+from torch import nn
+
+from dpmed.federated.xcal_agp import channel_noise_std
+from dpmed.privacy.accounting import noise_multiplier
+from dpmed.privacy.adaptive import ORDERS, RdpLedger, RenyiFilter
+from dpmed.privacy.dpsgd_clf import clipped_grad_sum, noisy_step, trainable, wrap
+
+
+@pytest.mark.parametrize(("sigma", "q", "steps"), [(1.1, 0.01, 300), (0.8, 0.1, 40), (3.0, 1.0, 5)])
+def test_ledger_matches_opacus_rdp_for_a_static_schedule(sigma, q, steps):
+    ledger = RdpLedger()
+    for _ in range(steps):
+        ledger.charge(q, sigma)
+    acc = RDPAccountant()
+    acc.history = [(sigma, q, steps)]
+    assert ledger.epsilon(1e-5) == pytest.approx(acc.get_epsilon(1e-5), rel=1e-9)
+    assert ledger.history == [[sigma, q, steps]]
+
+
+def test_ledger_sums_heterogeneous_steps_like_opacus_history():
+    ledger = RdpLedger()
+    schedule = [(1.0, 0.05, 3), (1.4, 0.05, 2), (1.0, 0.05, 4)]
+    for sigma, q, n in schedule:
+        ledger.charge(q, sigma, n)
+    acc = RDPAccountant()
+    acc.history = list(schedule)
+    assert ledger.epsilon(1e-5) == pytest.approx(acc.get_epsilon(1e-5), rel=1e-9)
+
+
+def _filter(eps: float = 2.0, q: float = 0.05, steps: int = 60, band: float = 0.2) -> RenyiFilter:
+    sigma = noise_multiplier(eps, 1e-5, q, steps)
+    return RenyiFilter.for_target(eps, 1e-5, q, sigma, steps, (1 + band) * sigma), sigma
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    factors=st.lists(st.floats(0.3, 1.2), min_size=1, max_size=150),
+    eps=st.sampled_from([0.5, 2.0, 8.0]),
+)
+def test_filter_never_lets_the_ledger_exceed_the_target(factors, eps):
+    """An overspending σ schedule (down to 0.3 σ_ref, longer than planned) stays within ε."""
+    flt, sigma_ref = _filter(eps=eps)
+    used = []
+    for f in factors:
+        if not flt.can_continue():
+            break
+        sigma = flt.admit(f * sigma_ref)
+        if sigma is None:
+            break
+        assert sigma >= f * sigma_ref
+        assert sigma <= flt.sigma_max * (1 + 1e-12)
+        used.append(sigma)
+        assert flt.spent() <= flt.budget * (1 + 1e-12)
+        assert flt.ledger.epsilon(1e-5) <= eps * (1 + 1e-9)
+    assert sum(h[2] for h in flt.ledger.history) == len(used)
+
+
+def test_filter_halts_a_schedule_that_would_overspend():
+    flt, sigma_ref = _filter(eps=1.0, steps=50)
+    admitted = 0
+    for _ in range(500):  # 10× the planned steps at the smallest σ of the band
+        if flt.admit(0.8 * sigma_ref) is None:
+            break
+        admitted += 1
+    assert flt.halted and flt.raised > 0
+    assert 0 < admitted < 500
+    assert flt.ledger.epsilon(1e-5) <= 1.0
+
+
+@settings(max_examples=15, deadline=None)
+@given(factors=st.lists(st.floats(1.0, 1.2), min_size=1, max_size=60))
+def test_filter_never_intervenes_on_a_schedule_that_fits(factors):
+    """σ_t ≥ σ_ref for at most the planned number of steps always fits: admitted unchanged."""
+    flt, sigma_ref = _filter(steps=60)
+    for f in factors:
+        assert flt.admit(f * sigma_ref) == f * sigma_ref
+    assert flt.raised == 0 and not flt.halted
+
+
+def test_filter_order_and_budget_reproduce_the_target_for_the_reference_schedule():
+    flt, sigma_ref = _filter(eps=2.0, steps=60)
+    acc = RDPAccountant()
+    acc.history = [(sigma_ref, 0.05, 60)]
+    eps_ref, alpha = acc.get_privacy_spent(delta=1e-5)
+    assert flt.order == alpha
+    spent = RdpLedger()
+    spent.charge(0.05, sigma_ref, 60)
+    assert spent.rdp[ORDERS.index(alpha)] <= flt.budget
+    assert eps_ref <= 2.0
+
+
+class Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 2, 3)
+        self.norm = nn.GroupNorm(1, 2)
+        self.fc = nn.Linear(2 * 4 * 4, 3)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(torch.relu(self.norm(self.conv(x))), 1))
+
+
+@pytest.mark.parametrize("mode", ["hooks", "functorch"])
+def test_clipped_sum_matches_a_per_sample_loop(mode):
+    torch.manual_seed(0)
+    net = Tiny()
+    x, y = torch.randn(5, 1, 6, 6), torch.randint(0, 3, (5,))
+    expected = {name: torch.zeros_like(p) for name, p in net.named_parameters()}
+    norms = []
+    for i in range(5):
+        net.zero_grad()
+        nn.functional.cross_entropy(net(x[i : i + 1]), y[i : i + 1], reduction="sum").backward()
+        grads = {name: p.grad.clone() for name, p in net.named_parameters()}
+        n = math.sqrt(sum(float(g.pow(2).sum()) for g in grads.values()))
+        norms.append(n)
+        for name, g in grads.items():
+            expected[name] += g * min(1.0, 0.5 / (n + 1e-6))
+    net.zero_grad()
+    gsm = wrap(net, mode)
+    sums, got_norms = clipped_grad_sum(gsm, x, y, 0.5)
+    np.testing.assert_allclose(got_norms.numpy(), norms, rtol=1e-5)
+    for name, value in expected.items():
+        torch.testing.assert_close(sums[name], value, rtol=1e-5, atol=1e-6)
+    assert all(p.grad_sample is None and p.grad is None for p in gsm.parameters())
+
+
+def test_noisy_step_adds_noise_of_the_stated_std_per_channel():
+    net = nn.Linear(400, 3, bias=False)
+    gsm = wrap(net, "hooks")
+    opt = torch.optim.SGD(gsm.parameters(), lr=1.0)
+    before = net.weight.detach().clone()
+    std = {"weight": torch.tensor([1.0, 2.0, 4.0])}
+    zero = {"weight": torch.zeros(3, 400)}
+    noisy_step(gsm, opt, zero, std, expected_batch=2.0, generator=torch.Generator().manual_seed(0))
+    change = (before - net.weight.detach()) * 2.0  # grad = noise / expected batch, lr = 1
+    np.testing.assert_allclose(change.std(dim=1).numpy(), [1.0, 2.0, 4.0], rtol=0.15)
+
+
+def test_agp_gives_sigma_ref_to_the_top_channels_and_more_noise_elsewhere():
+    weight = torch.tensor([[3.0, 0.0], [0.1, 0.1], [0.0, 2.0], [0.5, 0.0], [0.2, 0.2]])
+    params = {"w": nn.Parameter(torch.zeros(5, 2))}
+    std = channel_noise_std(
+        {"w": weight}, params, sigma_ref=2.0, band=0.2, top_q=0.4, clip_norm=0.5
+    )
+    expected = torch.tensor([1.0, 1.2, 1.0, 1.2, 1.2])  # top 2 of 5 by row norm: rows 0 and 2
+    torch.testing.assert_close(std["w"], expected)
+    assert float(std["w"].min()) == pytest.approx(2.0 * 0.5)  # accounted σ is the smallest
+    assert set(trainable(wrap(nn.Linear(2, 1), "hooks"))) == {"weight", "bias"}

@@ -1,0 +1,104 @@
+"""The xcal part of the smoke DAG, run once: every run's outputs, privacy, tables, figures."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import REPO, run_snakemake
+
+from dpmed.config.checks import check_config
+from dpmed.config.wildcards import parse_eps
+from dpmed.report.xcal import FIGURES, TABLES
+
+pytestmark = pytest.mark.slow
+
+OUTPUTS = ("rounds.csv", "metrics.json", "privacy.json", "road.json", "gradcam.npz")
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """(workdir, jobs, seconds) after `snakemake xcal_results` on config/smoke.yaml."""
+    workdir = tmp_path_factory.mktemp("xcal_smoke")
+    start = time.perf_counter()
+    run_snakemake(
+        "xcal_results",
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(REPO / "config" / "smoke.yaml"),
+        "--cores",
+        "2",
+    )
+    seconds = time.perf_counter() - start
+    config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+    jobs = check_config(config, REPO / "config" / "schema.yaml").jobs("xcal")
+    print(f"xcal smoke DAG: {len(jobs)} runs in {seconds:.0f} s")
+    return workdir, jobs, seconds
+
+
+def test_smoke_grid_covers_the_issue(smoke):
+    _, jobs, _ = smoke
+    wcs = [job.wc for job in jobs]
+    assert {wc["method"].partition("-")[0] for wc in wcs} == {
+        "nondp",
+        "centralized",
+        "static",
+        "agp",
+        "xcal",
+    }
+    assert {wc["model"] for wc in wcs} == {"resnet18", "efficientnet_b0"}
+    assert {wc["shift"] for wc in wcs} == {"iid", "label", "covariate"}
+    assert "3" in {wc["clients"] for wc in wcs}
+    assert all(job.params["rounds"] >= 2 for job in jobs)
+
+
+def test_every_run_has_its_outputs_and_privacy_within_target(smoke):
+    workdir, jobs, _ = smoke
+    for job in jobs:
+        folder = workdir / job.path
+        for name in OUTPUTS:
+            assert (folder / name).exists(), folder / name
+        assert not (folder / "checkpoint.pt").exists()
+        privacy = json.loads((folder / "privacy.json").read_text())
+        rounds = pd.read_csv(folder / "rounds.csv")
+        assert len(rounds) == job.params["rounds"]
+        assert rounds["f1"].between(0, 1).all()
+        target = parse_eps(job.wc["eps"])
+        if math.isinf(target):
+            assert privacy["guarantee"] == "none" and privacy["epsilon"] is None
+        else:
+            assert privacy["guarantee"] == "dp" and privacy["sampling"] == "poisson"
+            assert 0 < privacy["epsilon"] <= target
+            assert rounds["epsilon"].is_monotonic_increasing
+            assert rounds["epsilon"].iloc[-1] == pytest.approx(privacy["epsilon"])
+        road = json.loads((folder / "road.json").read_text())
+        assert len(road["morf"]) == len(job.params["road_percentages"])
+        assert -1 <= road["combined"] <= 1
+
+
+def test_tables_have_a_row_per_run(smoke):
+    workdir, jobs, _ = smoke
+    for name in TABLES:
+        assert (workdir / "results" / "tables" / f"{name}.md").exists()
+    main = pd.read_csv(workdir / "results" / "tables" / "xcal_main.csv")
+    iid = [j for j in jobs if j.wc["shift"] == "iid"]
+    assert len(main) == len(iid)
+    efficiency = pd.read_csv(workdir / "results" / "tables" / "xcal_efficiency.csv")
+    assert len(efficiency) == sum(1 for j in jobs if j.wc["eps"] != "inf")
+    ablation = pd.read_csv(workdir / "results" / "tables" / "xcal_ablation.csv")
+    assert set(ablation["preset"]) == {"balanced", "logit"}
+    runtime = pd.read_csv(workdir / "results" / "tables" / "xcal_runtime.csv")
+    blood = runtime[(runtime["dataset"] == "bloodmnist") & (runtime["model"] == "resnet18")]
+    assert len(blood) == 1 and blood["xcal_over_static"].iloc[0] > 1  # Grad-CAM + masked pass
+
+
+def test_figures_exist(smoke):
+    workdir, _, _ = smoke
+    for name in FIGURES:
+        png = workdir / "results" / "figures" / f"{name}.png"
+        assert png.exists() and png.stat().st_size > 1000

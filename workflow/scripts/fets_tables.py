@@ -1,0 +1,8 @@
+"""Rule fets_tables: Table II (+ baselines), measured resources, per-round privacy."""
+
+from dpmed.logs import log_to
+from dpmed.report.fets import write_tables
+
+smk = snakemake  # noqa: F821 (injected by Snakemake)
+with log_to(smk.log[0]):
+    write_tables(smk.params.runs, smk.output[0], smk.output[2], smk.output[4])
