@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, run_snakemake
+from conftest import REPO
 
 pytestmark = pytest.mark.slow
 
@@ -23,13 +22,9 @@ SMOKE = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())["fets"]["de
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    workdir = tmp_path_factory.mktemp("fets_smoke")
-    start = time.perf_counter()
-    run_snakemake("fets_results", "--directory", str(workdir),
-                  "--configfile", str(REPO / "config" / "smoke.yaml"), "--cores", "2")  # fmt: skip
-    print(f"fets smoke DAG: {time.perf_counter() - start:.0f} s")
-    return workdir
+def smoke(smoke_run: Path) -> Path:
+    """The shared smoke run (its fets part)."""
+    return smoke_run
 
 
 def _run(workdir: Path, aggregator: str, dpmode: str, eps: str) -> Path:

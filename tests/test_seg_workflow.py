@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, run_snakemake
+from conftest import REPO, SMOKE_CONFIG
 
 from dpmed.config.checks import check_config
 from dpmed.config.wildcards import parse_eps
@@ -18,28 +17,14 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    """(workdir, jobs, seconds) after `snakemake seg_results` on config/smoke.yaml."""
-    workdir = tmp_path_factory.mktemp("seg_smoke")
-    start = time.perf_counter()
-    run_snakemake(
-        "seg_results",
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(REPO / "config" / "smoke.yaml"),
-        "--cores",
-        "2",
-    )
-    seconds = time.perf_counter() - start
-    config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
-    jobs = check_config(config, REPO / "config" / "schema.yaml").jobs("seg")
-    print(f"seg smoke DAG: {len(jobs)} runs in {seconds:.0f} s")
-    return workdir, jobs, seconds
+def smoke(smoke_run):
+    """(workdir, jobs): the shared smoke run and the seg jobs of config/smoke.yaml."""
+    config = yaml.safe_load(SMOKE_CONFIG.read_text())
+    return smoke_run, check_config(config, REPO / "config" / "schema.yaml").jobs("seg")
 
 
 def test_smoke_grid_covers_the_issue(smoke):
-    _, jobs, _ = smoke
+    _, jobs = smoke
     wcs = [job.wc for job in jobs]
     assert {wc["model"] for wc in wcs} == {"unet", "unetpp", "lfunet", "infnet"}
     assert {wc["clip"] for wc in wcs} == {"none", "flat", "nsgd", "autos", "psac"}
@@ -51,7 +36,7 @@ def test_smoke_grid_covers_the_issue(smoke):
 
 
 def test_every_run_has_its_outputs_and_privacy(smoke):
-    workdir, jobs, _ = smoke
+    workdir, jobs = smoke
     for job in jobs:
         folder = workdir / job.path
         for name in RUN_FILES:
@@ -75,7 +60,7 @@ def test_every_run_has_its_outputs_and_privacy(smoke):
 
 
 def test_training_reduces_the_loss_of_non_private_runs(smoke):
-    workdir, jobs, _ = smoke
+    workdir, jobs = smoke
     for job in jobs:
         if job.wc["clip"] == "none":
             history = pd.read_csv(workdir / job.path / "history.csv")
@@ -83,7 +68,7 @@ def test_training_reduces_the_loss_of_non_private_runs(smoke):
 
 
 def test_tables_have_one_row_per_cell(smoke):
-    workdir, jobs, _ = smoke
+    workdir, jobs = smoke
     frame = pd.DataFrame([job.wc for job in jobs])
     for dataset, sub in frame.groupby("dataset"):
         table = pd.read_csv(workdir / f"results/tables/seg_main_{dataset}.csv")
@@ -94,6 +79,6 @@ def test_tables_have_one_row_per_cell(smoke):
 
 
 def test_figures_exist(smoke):
-    workdir, _, _ = smoke
+    workdir, _ = smoke
     for name in ("seg_fig3_duke", "seg_fig4_umn", "seg_fig5_covidct", "seg_fig8_training_time"):
         assert (workdir / f"results/figures/{name}.png").stat().st_size > 1000

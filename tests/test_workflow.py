@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import DATA_STAGE_TARGETS, REPO, run_data_stage, run_snakemake
+from conftest import REPO, SMOKE_CONFIG, run_data_stage, run_snakemake
 
 from dpmed.data.registry import DATASETS
 from dpmed.data.synthetic.fets import REAL_PARTITION_SIZES
@@ -44,21 +44,24 @@ def test_bad_config_fails_naming_the_key(tmp_path):
     assert "['fets']['grid'][0]['eps'][0]" in result.stdout + result.stderr
 
 
-def _digests(root: Path, folders: tuple[str, ...]) -> dict[str, str]:
+def _digests(root: Path, names: tuple[str, ...]) -> dict[str, str]:
+    """sha256 of every file at or below the given paths (relative to `root`)."""
+    paths = [root / name for name in names]
+    files = [q for p in paths for q in ([p] if p.is_file() else sorted(p.rglob("*")))]
     return {
         str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for folder in folders
-        for p in sorted((root / folder).rglob("*"))
+        for p in files
         if p.is_file()
     }
 
 
-def test_data_stage_is_byte_identical_across_runs(smoke_data, tmp_path):
-    run_data_stage(tmp_path / "again")
-    folders = ("data/raw", "data/processed", "results")
-    first, second = _digests(smoke_data, folders), _digests(tmp_path / "again", folders)
+def test_data_stage_is_byte_identical_across_runs(smoke_run, tmp_path):
+    again = tmp_path / "again"
+    run_data_stage(again)
+    second = _digests(again, ("data", "results"))
+    first = {name: _digests(smoke_run, (name,)).get(name) for name in second}
     assert first == second
-    names = set(first)
+    names = set(second)
     for expected in (
         "results/tables/datasets.csv",
         "results/tables/datasets.md",
@@ -69,8 +72,8 @@ def test_data_stage_is_byte_identical_across_runs(smoke_data, tmp_path):
         assert expected in names
 
 
-def test_datasets_table_counts(smoke_data):
-    table = pd.read_csv(smoke_data / "results/tables/datasets.csv")
+def test_datasets_table_counts(smoke_run):
+    table = pd.read_csv(smoke_run / "results/tables/datasets.csv")
     assert set(table["dataset"]) == set(DATASETS)
     # FeTS: subjects of all institutions = the 33 real partition sizes scaled by 0.03, >= 2.
     fets = table[
@@ -93,22 +96,15 @@ def test_datasets_table_counts(smoke_data):
     assert images == {k: 3 * v for k, v in subjects.items()}
 
 
-def test_processed_metadata_names_its_dataset(smoke_data):
-    for meta in (smoke_data / "data/processed").glob("*/meta.json"):
+def test_processed_metadata_names_its_dataset(smoke_run):
+    for meta in (smoke_run / "data/processed").glob("*/meta.json"):
         content = json.loads(meta.read_text())
         assert content["dataset"] == meta.parent.name
         assert content["format_version"] == 1
 
 
-def test_nothing_reruns_after_a_complete_run(smoke_data):
-    result = run_snakemake(
-        *DATA_STAGE_TARGETS,
-        "-n",
-        "--directory",
-        str(smoke_data),
-        "--configfile",
-        str(REPO / "config" / "smoke.yaml"),
-    )
+def test_nothing_reruns_after_a_complete_run(smoke_run):
+    result = run_snakemake("-n", "--directory", str(smoke_run), "--configfile", str(SMOKE_CONFIG))
     assert "Nothing to be done" in result.stdout + result.stderr
 
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, run_snakemake
+from conftest import REPO, SMOKE_CONFIG
 
 from dpmed.config.checks import check_config
 from dpmed.config.wildcards import parse_eps
@@ -21,28 +20,14 @@ OUTPUTS = ("rounds.csv", "metrics.json", "privacy.json", "road.json", "gradcam.n
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    """(workdir, jobs, seconds) after `snakemake xcal_results` on config/smoke.yaml."""
-    workdir = tmp_path_factory.mktemp("xcal_smoke")
-    start = time.perf_counter()
-    run_snakemake(
-        "xcal_results",
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(REPO / "config" / "smoke.yaml"),
-        "--cores",
-        "2",
-    )
-    seconds = time.perf_counter() - start
-    config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
-    jobs = check_config(config, REPO / "config" / "schema.yaml").jobs("xcal")
-    print(f"xcal smoke DAG: {len(jobs)} runs in {seconds:.0f} s")
-    return workdir, jobs, seconds
+def smoke(smoke_run):
+    """(workdir, jobs): the shared smoke run and the xcal jobs of config/smoke.yaml."""
+    config = yaml.safe_load(SMOKE_CONFIG.read_text())
+    return smoke_run, check_config(config, REPO / "config" / "schema.yaml").jobs("xcal")
 
 
 def test_smoke_grid_covers_the_issue(smoke):
-    _, jobs, _ = smoke
+    _, jobs = smoke
     wcs = [job.wc for job in jobs]
     assert {wc["method"].partition("-")[0] for wc in wcs} == {
         "nondp",
@@ -58,7 +43,7 @@ def test_smoke_grid_covers_the_issue(smoke):
 
 
 def test_every_run_has_its_outputs_and_privacy_within_target(smoke):
-    workdir, jobs, _ = smoke
+    workdir, jobs = smoke
     for job in jobs:
         folder = workdir / job.path
         for name in OUTPUTS:
@@ -82,7 +67,7 @@ def test_every_run_has_its_outputs_and_privacy_within_target(smoke):
 
 
 def test_tables_have_a_row_per_run(smoke):
-    workdir, jobs, _ = smoke
+    workdir, jobs = smoke
     for name in TABLES:
         assert (workdir / "results" / "tables" / f"{name}.md").exists()
     main = pd.read_csv(workdir / "results" / "tables" / "xcal_main.csv")
@@ -98,7 +83,7 @@ def test_tables_have_a_row_per_run(smoke):
 
 
 def test_figures_exist(smoke):
-    workdir, _, _ = smoke
+    workdir, _ = smoke
     for name in FIGURES:
         png = workdir / "results" / "figures" / f"{name}.png"
         assert png.exists() and png.stat().st_size > 1000
