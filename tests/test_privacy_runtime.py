@@ -77,3 +77,9 @@ def test_progress_line():
 def test_select_device():
     assert select_device("cpu").type == "cpu"
     assert select_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_non_private_record():
+    record = PrivacyRecord.non_private("none (plain SGD)", "sample-level", "poisson", steps=7)
+    assert (record.epsilon, record.delta, record.guarantee, record.accountant, record.steps) == (
+        None, None, "none", "none", 7)  # fmt: skip

@@ -60,15 +60,7 @@ def privacy_record(
 ) -> PrivacyRecord:
     """privacy.json of the run from the privacy columns of its last round (`last`)."""
     if cfg.dpmode == "none":
-        return PrivacyRecord(
-            mechanism=f"none ({cfg.aggregator}, no noise)",
-            adjacency=ADJACENCY,
-            sampling="none",
-            accountant="none",
-            epsilon=None,
-            delta=None,
-            guarantee="none",
-        )
+        return PrivacyRecord.non_private(f"none ({cfg.aggregator}, no noise)", ADJACENCY, "none")
     delta_total = rounds * cfg.delta0
     extra = {
         "delta0_per_round": cfg.delta0,

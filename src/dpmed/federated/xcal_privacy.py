@@ -30,14 +30,10 @@ def privacy_record(
     steps = [c.stats.steps for c in clients]
     rates = [c.q for c in clients]
     if spec.kind == "plain":
-        return PrivacyRecord(
-            mechanism="none (non-private SGD)",
-            adjacency=ADJACENCY,
-            sampling="poisson",
-            accountant="none",
-            epsilon=None,
-            delta=None,
-            guarantee="none",
+        return PrivacyRecord.non_private(
+            "none (non-private SGD)",
+            ADJACENCY,
+            "poisson",
             sample_rate=max(rates),
             steps=max(steps),
             extra={"client_steps": steps, "client_sample_rates": rates},

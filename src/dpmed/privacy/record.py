@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dpmed.io import write_json
 
@@ -50,6 +51,22 @@ class PrivacyRecord:
             raise ValueError("a paper-approximation needs the reasons it is not a formal guarantee")
         if (self.epsilon is None) != (self.guarantee == "none"):
             raise ValueError("epsilon is None exactly when the run is non-private")
+
+    @classmethod
+    def non_private(
+        cls, mechanism: str, adjacency: str, sampling: str, **fields: Any
+    ) -> PrivacyRecord:
+        """The record of a run without noise: no accountant, ε and δ null, guarantee "none"."""
+        return cls(
+            mechanism=mechanism,
+            adjacency=adjacency,
+            sampling=sampling,
+            accountant="none",
+            epsilon=None,
+            delta=None,
+            guarantee="none",
+            **fields,
+        )
 
     def write(self, path: str | Path) -> None:
         """Write the record as `privacy.json` (atomic, key-sorted)."""

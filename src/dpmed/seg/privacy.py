@@ -28,14 +28,10 @@ def seg_privacy_record(
 ) -> PrivacyRecord:
     adjacency = "sample-level (add/remove one image)"
     if not private:
-        return PrivacyRecord(
-            mechanism="none: non-private training (no clipping, no noise)",
-            adjacency=adjacency,
-            sampling="fixed-size",
-            accountant="none",
-            epsilon=None,
-            delta=None,
-            guarantee="none",
+        return PrivacyRecord.non_private(
+            "none: non-private training (no clipping, no noise)",
+            adjacency,
+            "fixed-size",
             extra={"batch_size": int(params["batch_size"])},
         )
     delta = float(params["delta"])
