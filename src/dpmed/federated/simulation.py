@@ -43,7 +43,7 @@ from dpmed.seeding import stable_seed
 CHECKPOINT = "checkpoint.pt"
 
 
-def build_model(params: dict[str, Any]) -> ResUNet3d:
+def build_resunet(params: dict[str, Any]) -> ResUNet3d:
     """The run's 3D residual U-Net (4 modalities in, 4 classes out)."""
     return ResUNet3d(4, len(LABEL_VALUES), int(params["base_filters"]), int(params["depth"]),
                      params["norm"])  # fmt: skip
@@ -96,11 +96,11 @@ def run(
     )
     rounds = int(params["rounds"])
     torch.manual_seed(seed)
-    model = build_model(params)
+    model = build_resunet(params)
     buffers = [name for name, _ in model.named_buffers()]
     if buffers:
         raise ValueError(f"model has buffers {buffers}: no aggregation rule covers them")
-    workspace = build_model(params).to(dev)
+    workspace = build_resunet(params).to(dev)
     collabs = [
         Collaborator(str(c.partition_id), processed_dir, c.train, c.val, spec, workspace, dev)
         for c in fets.collaborators(processed_dir)

@@ -1,7 +1,8 @@
-"""Model registry: `build_model(name, **kw)` for every network of the three studies.
+"""Model registry of the seg study: `build_model(name, **kw)` for the 2D segmentation networks.
 
-`REGISTRY` maps a model name to its constructor; each study module adds its own entries (one
-line each). All models are Opacus-valid (GroupNorm, no in-place ops, no shared modules).
+`REGISTRY` maps a model name to its constructor (the fets study builds `resunet3d.ResUNet3d`,
+the xcal study `classifiers.build_classifier`). All models are Opacus-valid (GroupNorm, no
+in-place ops, no shared modules).
 The seg factories take one keyword set (in_channels, n_classes, width, depth,
 deep_supervision, backbone_weights) and ignore the keywords their model has no use for, so the
 training code builds any of them the same way.
@@ -9,6 +10,7 @@ training code builds any of them the same way.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 from torch import nn
@@ -19,55 +21,23 @@ from dpmed.models.unet import UNet
 from dpmed.models.unetpp import UNetPlusPlus
 
 
-def _unet(in_channels: int, n_classes: int, width: int, depth: int, **_: object) -> nn.Module:
-    return UNet(in_channels, n_classes, width=width, depth=depth)
+def _accepting(model: type[nn.Module]) -> Callable[..., nn.Module]:
+    """A factory passing `model` only the keywords its constructor declares, so the training
+    code builds every seg model from one keyword set."""
+    names = set(inspect.signature(model).parameters)
 
+    def factory(**kw: object) -> nn.Module:
+        return model(**{key: value for key, value in kw.items() if key in names})
 
-def _infnet(
-    in_channels: int,
-    n_classes: int,
-    width: int,
-    depth: int,
-    backbone_weights: str | None = None,
-    **_: object,
-) -> nn.Module:
-    return InfNet(
-        in_channels, n_classes, width=width, depth=depth, backbone_weights=backbone_weights
-    )
-
-
-def _unetpp(
-    in_channels: int,
-    n_classes: int,
-    width: int,
-    depth: int,
-    deep_supervision: bool = True,
-    **_: object,
-) -> nn.Module:
-    return UNetPlusPlus(
-        in_channels, n_classes, width=width, depth=depth, deep_supervision=deep_supervision
-    )
-
-
-def _lfunet(
-    in_channels: int,
-    n_classes: int,
-    width: int,
-    depth: int,
-    deep_supervision: bool = True,
-    **_: object,
-) -> nn.Module:
-    return LFUNet(
-        in_channels, n_classes, width=width, depth=depth, deep_supervision=deep_supervision
-    )
+    return factory
 
 
 # 2D segmentation models (seg study).
 REGISTRY: dict[str, Callable[..., nn.Module]] = {
-    "unet": _unet,
-    "unetpp": _unetpp,
-    "lfunet": _lfunet,
-    "infnet": _infnet,
+    "unet": _accepting(UNet),
+    "unetpp": _accepting(UNetPlusPlus),
+    "lfunet": _accepting(LFUNet),
+    "infnet": _accepting(InfNet),
 }
 
 
