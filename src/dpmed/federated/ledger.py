@@ -71,6 +71,18 @@ def privacy_record(
         "delta_f": last["delta_f"],
         "sigma": last["sigma"],
     }
+    # Fields both DP modes share: one mechanism per round on all of a round's updates.
+    common = {
+        "adjacency": ADJACENCY,
+        "sampling": "none",
+        "delta": delta_total,
+        "clip_norm": clip_norm,
+        "sample_rate": 1.0,
+        "steps": rounds,
+        "noise_multipliers": [last["noise_multiplier"]],
+        "target_epsilon": cfg.epsilon0,
+        "extra": extra,
+    }
     if cfg.dpmode == "paper":
         by = {
             "basic_per_tensor": last["eps_basic_cum"],
@@ -81,20 +93,12 @@ def privacy_record(
         return PrivacyRecord(
             mechanism="DP-SimAgg paper mode (Algorithms 1-3): per-tensor clipping of weights at "
             "C, similarity weights, empirical Delta f, classic Gaussian sigma per tensor",
-            adjacency=ADJACENCY,
-            sampling="none",
             accountant="basic composition (paper's T*eps0, one monitored tensor)",
             epsilon=last["eps_basic_cum"],
-            delta=delta_total,
             guarantee="paper-approximation",
-            clip_norm=clip_norm,
-            sample_rate=1.0,
-            steps=rounds,
-            noise_multipliers=[last["noise_multiplier"]],
-            target_epsilon=cfg.epsilon0,
             epsilon_by_accountant=by,
             reasons=list(PAPER_REASONS),
-            extra=extra,
+            **common,
         )
     by = {"basic": last["eps_basic_cum"], "rdp": last["eps_rdp_cum"]}
     name = {
@@ -108,17 +112,9 @@ def privacy_record(
         extra["z"] = 2.0 * last["noise_multiplier"]  # sigma = z*C/m, Delta f = 2C/m
     return PrivacyRecord(
         mechanism=f"{name}; one Gaussian mechanism per round ({cfg.sound_calibration} calibration)",
-        adjacency=ADJACENCY,
-        sampling="none",
         accountant="min(basic composition, RDP composition) at delta = rounds * delta0",
         epsilon=min(by.values()),
-        delta=delta_total,
         guarantee="dp",
-        clip_norm=clip_norm,
-        sample_rate=1.0,
-        steps=rounds,
-        noise_multipliers=[last["noise_multiplier"]],
-        target_epsilon=cfg.epsilon0,
         epsilon_by_accountant=by,
-        extra=extra,
+        **common,
     )
