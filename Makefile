@@ -20,9 +20,13 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
+SMOKE := --profile profiles/local --configfile config/smoke.yaml --cores $(CORES)
+
 demo: $(STAMP)
-	$(BIN)/snakemake --profile profiles/local --configfile config/smoke.yaml --cores $(CORES)
-	@echo "demo finished: tables in results/tables/, figures in results/figures/"
+	$(BIN)/snakemake $(SMOKE)
+	$(BIN)/snakemake $(SMOKE) --report results/report.html
+	@echo "demo finished: report at $(CURDIR)/results/report.html" \
+	      "(tables in results/tables/, figures in results/figures/, wall-clock in results/measured/)"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -25,6 +25,10 @@ include: "rules/data.smk"
 include: "rules/seg.smk"
 include: "rules/fets.smk"
 include: "rules/xcal.smk"
+include: "rules/report.smk"
+
+
+report: "workflow/report/workflow.rst"
 
 
 rule all:
@@ -32,3 +36,4 @@ rule all:
     input:
         data_targets(),
         STUDY_TARGETS,
+        REPORT_TARGETS,

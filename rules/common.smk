@@ -17,6 +17,10 @@ CONDA_ENV = "../envs/dpmed.yaml"
 # Training rules ask for one GPU unless the config pins the CPU (smoke runs then use both cores).
 GPU = 0 if config["device"] == "cpu" else 1
 TRAIN_THREADS = 1 if config["device"] == "cpu" else 4
+# Report categories: one per study (paper number), plus the cross-study outputs.
+SEG_CAT, FETS_CAT, XCAL_CAT = "seg (paper 002)", "fets (paper 000)", "xcal (paper 001)"
+DATA_CAT, PRIVACY_CAT = "data", "privacy"
+FIG, TAB = (".png", ".pdf"), (".csv", ".md")
 # Each study's rule file appends its final outputs (runs, tables, figures) here for `rule all`.
 STUDY_TARGETS = []
 
@@ -37,6 +41,19 @@ def processed_files(dataset):
     if dataset == "fets":
         return [f"{folder}/splits.csv", f"{folder}/meta.json"]
     return [f"{folder}/{name}" for name in ("train.npz", "val.npz", "test.npz", "meta.json")]
+
+
+def reported(stem, exts, caption, category, subcategory):
+    """Output files `stem + ext` for each ext; the first one goes into the report
+    (`snakemake --report`) under category/subcategory with workflow/report/<caption>.rst."""
+    first, *rest = [f"{stem}{ext}" for ext in exts]
+    shown = report(
+        first,
+        caption=f"../workflow/report/{caption}.rst",
+        category=category,
+        subcategory=subcategory,
+    )
+    return [shown, *rest]
 
 
 def data_targets():

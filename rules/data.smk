@@ -61,7 +61,7 @@ rule datasets_table:
     input:
         meta=expand("data/processed/{dataset}/meta.json", dataset=DATASETS),
     output:
-        multiext("results/tables/datasets", ".csv", ".md"),
+        reported("results/tables/datasets", TAB, "datasets", DATA_CAT, "datasets"),
     params:
         datasets=DATASETS,
     log:
@@ -76,7 +76,7 @@ rule data_overview:
     input:
         [f for dataset in DATASETS for f in processed_files(dataset)],
     output:
-        multiext("results/figures/data_overview", ".png", ".pdf"),
+        reported("results/figures/data_overview", FIG, "data_overview", DATA_CAT, "datasets"),
     params:
         datasets=DATASETS,
     log:
@@ -91,7 +91,13 @@ rule fets_figure1:
     input:
         "data/processed/fets/splits.csv",
     output:
-        multiext("results/figures/fets_fig1_patients_per_institution", ".png", ".pdf"),
+        reported(
+            "results/figures/fets_fig1_patients_per_institution",
+            FIG,
+            "fets_fig1",
+            FETS_CAT,
+            "Fig. 1",
+        ),
     log:
         "logs/fets_figure1.log",
     conda:

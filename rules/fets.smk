@@ -40,9 +40,9 @@ rule fets_tables:
     input:
         expand("{run}/{name}", run=FETS_RUNS, name=FETS_FILES),
     output:
-        multiext("results/tables/fets_table2", ".csv", ".md"),
-        multiext("results/tables/fets_resources", ".csv", ".md"),
-        multiext("results/tables/fets_privacy", ".csv", ".md"),
+        reported("results/tables/fets_table2", TAB, "fets_table2", FETS_CAT, "Table II"),
+        reported("results/measured/fets_resources", TAB, "fets_resources", FETS_CAT, "Table II"),
+        reported("results/tables/fets_privacy", TAB, "fets_privacy", FETS_CAT, "sound vs paper"),
     params:
         runs=FETS_RUNS,
     log:
@@ -59,7 +59,7 @@ rule fets_figure3:
         selection=lambda wc: f"{FETS_RUNS[0]}/selection.csv",
         splits="data/processed/fets/splits.csv",
     output:
-        multiext("results/figures/fets_fig3_selection", ".png", ".pdf"),
+        reported("results/figures/fets_fig3_selection", FIG, "fets_fig3", FETS_CAT, "Fig. 3"),
     params:
         hp=lambda wc: GRID.jobs("fets")[0].params,
         seed=lambda wc: job_seed("fets", GRID.jobs("fets")[0].wc),
@@ -75,7 +75,7 @@ rule fets_figure4:
     input:
         expand("{run}/rounds.csv", run=FETS_RUNS),
     output:
-        multiext("results/figures/fets_fig4_rounds", ".png", ".pdf"),
+        reported("results/figures/fets_fig4_rounds", FIG, "fets_fig4", FETS_CAT, "Fig. 4"),
     params:
         runs=FETS_RUNS,
     log:
@@ -89,7 +89,7 @@ rule fets_figure4:
 FETS_TARGETS = [
     *expand("{run}/{name}", run=FETS_RUNS, name=FETS_FILES),
     "results/tables/fets_table2.csv",
-    "results/tables/fets_resources.csv",
+    "results/measured/fets_resources.csv",
     "results/tables/fets_privacy.csv",
     "results/figures/fets_fig3_selection.png",
     "results/figures/fets_fig4_rounds.png",

@@ -8,11 +8,23 @@ only the cells the grid ran.
 
 from dpmed.config.grid import job_seed
 from dpmed.report.xcal import FIGURES as XCAL_FIGURES
-from dpmed.report.xcal import TABLES as XCAL_TABLES
+from dpmed.report.xcal import TABLES as XCAL_TABLES, MEASURED_TABLES as XCAL_MEASURED
 
 XCAL_PATH = "results/xcal/{dataset}/{model}/{method}/{shift}/c{clients}/eps{eps}/seed{seed}"
 XCAL_RUN_FILES = ("rounds.csv", "metrics.json", "privacy.json", "road.json", "gradcam.npz")
 XCAL_RUNS = [job.path for job in GRID.jobs("xcal")]
+# Report grouping: the paper (001) has no numbered tables or figures, so its sections.
+XCAL_GROUP = {
+    "xcal_main": "§6 results",
+    "xcal_trajectories": "§6 results",
+    "xcal_efficiency": "§6 results",
+    "xcal_gradcam": "§6 results",
+    "xcal_clients": "§6 clients and shift",
+    "xcal_shift": "§6 clients and shift",
+    "xcal_clients_shift": "§6 clients and shift",
+    "xcal_ablation": "§7 ablation",
+    "xcal_runtime": "§8 runtime",
+}
 
 
 rule xcal_train:
@@ -51,7 +63,16 @@ rule xcal_tables:
     input:
         runs=[f"{run}/{name}" for run in XCAL_RUNS for name in XCAL_RUN_FILES],
     output:
-        [f"results/tables/{name}{ext}" for name in XCAL_TABLES for ext in (".csv", ".md")],
+        tables=[
+            f
+            for name in XCAL_TABLES
+            for f in reported(f"results/tables/{name}", TAB, name, XCAL_CAT, XCAL_GROUP[name])
+        ],
+        measured=[
+            f
+            for name in XCAL_MEASURED
+            for f in reported(f"results/measured/{name}", TAB, name, XCAL_CAT, XCAL_GROUP[name])
+        ],
     params:
         runs=XCAL_RUNS,
     log:
@@ -66,7 +87,13 @@ rule xcal_figures:
     input:
         runs=[f"{run}/{name}" for run in XCAL_RUNS for name in XCAL_RUN_FILES],
     output:
-        [f"results/figures/{name}{ext}" for name in XCAL_FIGURES for ext in (".png", ".pdf")],
+        [
+            f
+            for name in XCAL_FIGURES
+            for f in reported(
+                f"results/figures/{name}", FIG, f"{name}_figure", XCAL_CAT, XCAL_GROUP[name]
+            )
+        ],
     params:
         runs=XCAL_RUNS,
     log:
@@ -80,6 +107,7 @@ rule xcal_figures:
 XCAL_TARGETS = (
     [f"{run}/{name}" for run in XCAL_RUNS for name in XCAL_RUN_FILES]
     + [f"results/tables/{name}.csv" for name in XCAL_TABLES]
+    + [f"results/measured/{name}.csv" for name in XCAL_MEASURED]
     + [f"results/figures/{name}.png" for name in XCAL_FIGURES]
     if XCAL_RUNS  # an empty xcal grid builds no xcal tables or figures
     else []

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from snakemake_interface_common.exceptions import WorkflowError
 
 from dpmed.config.checks import check_config
-from dpmed.config.grid import job_seed
+from dpmed.config.grid import job_seed, wildcards_from_path
 from dpmed.config.wildcards import EPS_PATTERN, WILDCARD_PATTERNS, format_eps, parse_eps
 from dpmed.data.registry import DATASETS
 from dpmed.errors import ConfigError
@@ -38,7 +38,11 @@ def test_paper_grid_sizes_match_hand_count():
     grid = check_config(load("config.yaml"), SCHEMA)
     # seg: per model × morph × seed, 1 non-private + 4 clip rules at eps 200.
     duke, umn, covid = 3 * 10 * 5 * 3, 2 * 7 * 5 * 3, 2 * 7 * 5 * 3
-    assert len(grid.jobs("seg")) == duke + umn + covid == 870
+    # + Table 2 (UNet++, 6 quantile morphs × 5 rules × 3 seeds), the sound per-image adaptive
+    # variants (3 models × 4 private rules × 3 policies × 3 seeds) and Fig. 2 (UNet on Duke and
+    # UMN, 4 C × 4 lr × 4 seeds).
+    table2, sound, fig2 = 6 * 5 * 3, 3 * 4 * 3 * 3, 2 * 4 * 4 * 4
+    assert len(grid.jobs("seg")) == duke + umn + covid + table2 + sound + fig2 == 1196
     # fets: simagg, dp_simagg {paper, sound} × {1, 10}, fedavg, dp_fedavg sound × {1, 10}.
     assert len(grid.jobs("fets")) == 1 + 4 + 1 + 2
     # xcal: 78 main + 12 centralized + 54 clients×shift + 60 ablation, minus the 6 + 12 cells
@@ -49,8 +53,9 @@ def test_paper_grid_sizes_match_hand_count():
 
 def test_smoke_grid_covers_every_value(smoke):
     grid = check_config(smoke, SCHEMA)
-    # seg: duke unet 5 clips (+ seed 1 of none and flat), unetpp 4 morphs, umn 4, covidct 4.
-    assert len(grid.jobs("seg")) == 5 + 2 + 4 + 4 + 4
+    # seg: duke unet 5 clips (+ seed 1 of none and flat), unetpp 6 morphs × {none, flat},
+    # 6 quantile variants, the 2 × 2 lr × C sweep on duke and umn, umn 4, covidct 4.
+    assert len(grid.jobs("seg")) == 5 + 2 + 12 + 6 + 8 + 4 + 4
     # fets: fedavg, simagg at inf; dp_simagg {paper, sound} and dp_fedavg sound at eps0 {1, 10}.
     assert len(grid.jobs("fets")) == 2 + 4 + 2
     # xcal: bloodmnist nondp at inf + static/agp/xcal at 5; pneumoniamnist centralized c1 and
@@ -149,13 +154,14 @@ def test_conflicting_params_for_one_job(smoke):
     block = copy.deepcopy(smoke["seg"]["grid"][0])
     block["params"] = {"lr": 0.5}
     smoke["seg"]["grid"].append(block)
-    with pytest.raises(ConfigError, match=r"seg\.grid\[5\].*seg\.grid\[0\]"):
+    with pytest.raises(ConfigError, match=r"seg\.grid\[7\].*seg\.grid\[0\]"):
         check_config(smoke, SCHEMA)
 
 
 def test_same_job_in_two_blocks_with_same_params_is_fine(smoke):
     smoke["seg"]["grid"].append(copy.deepcopy(smoke["seg"]["grid"][0]))
-    assert len(check_config(smoke, SCHEMA).jobs("seg")) == 19  # smoke seg grid: 19 jobs
+    # smoke seg grid: 5 + 2 (duke unet) + 12 (unetpp) + 6 (quantiles) + 8 (sweep) + 4 + 4
+    assert len(check_config(smoke, SCHEMA).jobs("seg")) == 41
 
 
 def test_block_without_valid_combination(smoke):
@@ -221,3 +227,35 @@ def test_job_seed_is_a_stable_hash():
         env={"PYTHONHASHSEED": "123", "PYTHONPATH": str(REPO / "src")},
     )
     assert int(other.stdout) == expected
+
+
+def test_sweep_block_expands_clip_norm_and_lr(smoke):
+    grid = check_config(smoke, SCHEMA)
+    swept = [job for job in grid.jobs("seg") if job.block == "seg.grid[4]"]
+    cells = {(job.wc["dataset"], job.wc["clip"]): job.params for job in swept}
+    assert len(cells) == 2 * 2 * 2
+    params = cells[("umn", "flat-C0.5-lr0.01")]
+    assert (params["clip_norm"], params["lr"]) == (0.5, 0.01)
+    assert params["epochs"] == smoke["seg"]["defaults"]["epochs"]
+    # A file target outside the grid takes its sweep values from the folder name.
+    outside = {"dataset": "duke", "model": "unet", "clip": "autos-C3-lr1e-05", "morph": "none",
+               "eps": "7", "seed": "9"}  # fmt: skip
+    assert {k: grid.params("seg", outside)[k] for k in ("clip_norm", "lr")} == {
+        "clip_norm": 3.0,
+        "lr": 1e-05,
+    }
+
+
+def test_sweep_cannot_apply_to_non_private_cells(smoke):
+    smoke["seg"]["grid"][4].update(clips=["none"], eps=["inf"])
+    with pytest.raises(ConfigError, match=r"seg\.grid\[4\]"):
+        check_config(smoke, SCHEMA)
+
+
+def test_wildcards_round_trip_through_paths(smoke):
+    grid = check_config(smoke, SCHEMA)
+    for study in ("seg", "fets", "xcal"):
+        for job in grid.jobs(study):
+            assert wildcards_from_path(study, f"/tmp/w/{job.path}/x.csv") == job.wc
+    with pytest.raises(ValueError, match="not inside a seg job folder"):
+        wildcards_from_path("seg", "results/seg/duke/unet/flat")

@@ -74,7 +74,7 @@ def test_tables_have_the_expected_rows(smoke):
     sound = privacy[privacy["dpmode"] == "sound"]
     assert (sound["mechanisms"] == 1).all()
     assert (privacy["eps_basic_cum"] == privacy["round"] * privacy["eps"].astype(float)).all()
-    resources = pd.read_csv(smoke / "results/tables/fets_resources.csv")
+    resources = pd.read_csv(smoke / "results/measured/fets_resources.csv")
     assert (resources["wall_clock_s"] > 0).all() and resources["energy_method"].notna().all()
 
 

@@ -53,6 +53,11 @@ def test_parse_morph():
     spec = parse_morph("adaptive-v2", (20, 85))
     assert (spec.kind, spec.version, spec.quantiles) == ("adaptive", 2, (20.0, 85.0))
     assert parse_morph("adaptive-v1-q25-80").quantiles == (25.0, 80.0)
+    assert parse_morph("adaptive-v1").scope == "batch"
+    spec = parse_morph("adaptive-v3-q30-70-s")
+    assert (spec.version, spec.quantiles, spec.scope) == (3, (30.0, 70.0), "sample")
+    with pytest.raises(ValueError):
+        parse_morph("open-k3-s")  # the per-image suffix is for adaptive policies only
     with pytest.raises(ValueError, match="erode-k3"):
         parse_morph("erode-k3")
 

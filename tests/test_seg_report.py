@@ -116,8 +116,8 @@ def test_figures_are_byte_identical_on_rerun(runs, tmp_path):
 
 
 def test_figure_morph_bar_is_the_fixed_variant_best_on_validation(runs):
-    from dpmed.report.seg import _best_fixed, _cell_means
+    from dpmed.report.seg import _cell_means, best_fixed
 
     cells = _cell_means(collect_runs(runs))
-    chosen = _best_fixed(cells[(cells["model"] == "unet") & (cells["clip"] == "flat")])
+    chosen = best_fixed(cells[(cells["model"] == "unet") & (cells["clip"] == "flat")])
     assert chosen["morph"] == "open-k5"  # val 0.9 beats both-k3's 0.5 despite lower test Dice

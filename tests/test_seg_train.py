@@ -29,7 +29,7 @@ PARAMS = dict(
     autos_gamma=0.01,
     r=0.1,
     quantiles=[20, 85],
-    adaptive_scope="batch",
+    attack_calibration=0.5,
     width=8,
     depth=3,
     deep_supervision=True,
@@ -104,6 +104,14 @@ def test_adaptive_batch_scope_is_labelled_and_logged(duke, tmp_path):
     assert "open" not in set(log["operation"])  # v2: thick layers get both, never opening
 
 
+def test_adaptive_per_image_scope_is_dp(duke, tmp_path):
+    wc = wildcards(model="unet", clip="flat", morph="adaptive-v2-s", eps="50")
+    train_seg(duke, tmp_path, wc, PARAMS | {"epochs": 1}, 0, "cpu", 1)
+    privacy = json.loads((tmp_path / "privacy.json").read_text())
+    assert privacy["guarantee"] == "dp" and privacy["reasons"] == []
+    assert len(pd.read_csv(tmp_path / "morph_log.csv")) > 0
+
+
 def test_killed_run_resumes_to_the_same_result(duke, tmp_path, monkeypatch):
     wc = wildcards(clip="flat", eps="30")
     params = PARAMS | {"epochs": 3}
@@ -128,6 +136,10 @@ def test_killed_run_resumes_to_the_same_result(duke, tmp_path, monkeypatch):
     b = pd.read_csv(tmp_path / "run" / "history.csv")
     pd.testing.assert_series_equal(a["loss"], b["loss"], rtol=1e-6)
     pd.testing.assert_series_equal(a["epsilon"], b["epsilon"])
+    steps_a = pd.read_csv(tmp_path / "ref" / "alignment.csv")
+    steps_b = pd.read_csv(tmp_path / "run" / "alignment.csv")
+    assert sorted(set(steps_a["epoch"])) == [1, 2, 3]
+    pd.testing.assert_frame_equal(steps_a, steps_b, rtol=1e-6)
     assert not (tmp_path / "run" / CHECKPOINT).exists()
 
 
@@ -144,6 +156,13 @@ def test_checkpoint_of_another_configuration_is_not_resumed(duke, tmp_path, monk
     monkeypatch.setattr(seg_train, "save_checkpoint", original)
     train_seg(duke, tmp_path, wildcards(), PARAMS | {"lr": 0.002}, 0, "cpu", 1)
     assert len(pd.read_csv(tmp_path / "history.csv")) == 2
+
+
+def test_sweep_suffix_of_the_clip_wildcard_names_the_rule(duke, tmp_path):
+    params = PARAMS | {"epochs": 1, "clip_norm": 0.5, "lr": 0.001}
+    train_seg(duke, tmp_path, wildcards(clip="flat-C0.5-lr0.001", eps="20"), params, 0, "cpu", 1)
+    privacy = json.loads((tmp_path / "privacy.json").read_text())
+    assert privacy["extra"]["clip_rule"] == "flat" and privacy["clip_norm"] == 0.5
 
 
 def test_non_private_with_clip_rule_is_rejected(duke, tmp_path):

@@ -10,8 +10,8 @@ import yaml
 from conftest import REPO, SMOKE_CONFIG
 
 from dpmed.config.checks import check_config
-from dpmed.config.wildcards import parse_eps
-from dpmed.seg.outputs import RUN_FILES
+from dpmed.config.wildcards import clip_overrides, clip_rule, parse_eps
+from dpmed.seg.outputs import RUN_FILES, is_paper_cell
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,9 @@ def test_smoke_grid_covers_the_issue(smoke):
     _, jobs = smoke
     wcs = [job.wc for job in jobs]
     assert {wc["model"] for wc in wcs} == {"unet", "unetpp", "lfunet", "infnet"}
-    assert {wc["clip"] for wc in wcs} == {"none", "flat", "nsgd", "autos", "psac"}
+    assert {clip_rule(wc["clip"]) for wc in wcs} == {"none", "flat", "nsgd", "autos", "psac"}
+    assert any(clip_overrides(wc["clip"]) for wc in wcs)  # the Fig. 2 lr × C sweep
+    assert any("-q" in wc["morph"] for wc in wcs) and any(wc["morph"].endswith("-s") for wc in wcs)
     kinds = {"none" if m == "none" else m.split("-")[0] for m in (wc["morph"] for wc in wcs)}
     assert {"none", "adaptive"} <= kinds and kinds & {"open", "close", "both"}
     cells = pd.DataFrame(wcs).groupby(["dataset", "model", "clip", "morph", "eps"]).size()
@@ -39,7 +41,7 @@ def test_every_run_has_its_outputs_and_privacy(smoke):
     workdir, jobs = smoke
     for job in jobs:
         folder = workdir / job.path
-        for name in RUN_FILES:
+        for name in (*RUN_FILES, "attack.json"):
             assert (folder / name).exists(), folder / name
         assert not (folder / "checkpoint.pt").exists()
         privacy = json.loads((folder / "privacy.json").read_text())
@@ -48,11 +50,14 @@ def test_every_run_has_its_outputs_and_privacy(smoke):
         eps = parse_eps(job.wc["eps"])
         if job.wc["clip"] == "none":
             assert privacy["guarantee"] == "none"
+        elif job.wc["morph"].startswith("adaptive") and not job.wc["morph"].endswith("-s"):
+            assert privacy["guarantee"] == "paper-approximation"
         else:
             assert privacy["epsilon"] <= eps + 0.01
             assert privacy["epsilon_by_accountant"]["prv"] <= eps + 0.5
             assert privacy["noise_multipliers"][0] > 0
-            assert privacy["extra"]["clip_rule"] == job.wc["clip"]
+            assert privacy["extra"]["clip_rule"] == clip_rule(job.wc["clip"])
+            assert privacy["clip_norm"] == job.params["clip_norm"]
         metrics = json.loads((folder / "metrics.json").read_text())
         assert 0 <= metrics["dice"] <= 1 and 0 <= metrics["mae"] <= 1
         if job.wc["dataset"] == "covidct":
@@ -69,7 +74,7 @@ def test_training_reduces_the_loss_of_non_private_runs(smoke):
 
 def test_tables_have_one_row_per_cell(smoke):
     workdir, jobs = smoke
-    frame = pd.DataFrame([job.wc for job in jobs])
+    frame = pd.DataFrame([job.wc for job in jobs if is_paper_cell(job.wc)])
     for dataset, sub in frame.groupby("dataset"):
         table = pd.read_csv(workdir / f"results/tables/seg_main_{dataset}.csv")
         assert len(table) == len(sub.drop(columns="seed").drop_duplicates())
@@ -80,5 +85,10 @@ def test_tables_have_one_row_per_cell(smoke):
 
 def test_figures_exist(smoke):
     workdir, _ = smoke
-    for name in ("seg_fig3_duke", "seg_fig4_umn", "seg_fig5_covidct", "seg_fig8_training_time"):
-        assert (workdir / f"results/figures/{name}.png").stat().st_size > 1000
+    figures = [f"seg_fig{n}" for n in (1, 2, 6, 7, 9, 10, 11, 12)]
+    for name in [*figures, "seg_fig3_duke", "seg_fig4_umn", "seg_fig5_covidct"]:
+        png = next((workdir / "results/figures").glob(f"{name}*.png"))
+        assert png.stat().st_size > 1000 and png.with_suffix(".pdf").exists()
+    assert (workdir / "results/measured/seg_fig8_training_time.png").stat().st_size > 1000
+    for name in ("seg_table1_clip_rules", "seg_table2_quantiles", "seg_privacy", "seg_attack"):
+        assert len(pd.read_csv(workdir / f"results/tables/{name}.csv")) > 0

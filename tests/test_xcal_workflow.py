@@ -77,7 +77,7 @@ def test_tables_have_a_row_per_run(smoke):
     assert len(efficiency) == sum(1 for j in jobs if j.wc["eps"] != "inf")
     ablation = pd.read_csv(workdir / "results" / "tables" / "xcal_ablation.csv")
     assert set(ablation["preset"]) == {"balanced", "logit"}
-    runtime = pd.read_csv(workdir / "results" / "tables" / "xcal_runtime.csv")
+    runtime = pd.read_csv(workdir / "results" / "measured" / "xcal_runtime.csv")
     blood = runtime[(runtime["dataset"] == "bloodmnist") & (runtime["model"] == "resnet18")]
     assert len(blood) == 1 and blood["xcal_over_static"].iloc[0] > 1  # Grad-CAM + masked pass
 

@@ -7,4 +7,6 @@ from dpmed.report.xcal import write_tables
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 with log_to(smk.log[0]):
-    write_tables(smk.params.runs, Path(smk.output[0]).parent)
+    write_tables(
+        smk.params.runs, Path(smk.output.tables[0]).parent, Path(smk.output.measured[0]).parent
+    )

@@ -1,6 +1,8 @@
 """Expand the studies' grid blocks into jobs (wildcards + hyperparameters).
 
-A block is the product of its lists; its `params` override the study `defaults`. Invalid
+A block is the product of its lists; its `params` override the study `defaults`. A seg block
+may add `sweep: {clip_norm: [...], lr: [...]}` (paper 002 Fig. 2): each clip rule then becomes
+one job per (C, lr) with the clip wildcard `<rule>-C<C>-lr<lr>` and those two params. Invalid
 combinations (e.g. clip `none` with a finite ε) are dropped with a stated reason; a block that
 yields no job, or two blocks that give one job different hyperparameters, is a config error.
 """
@@ -9,11 +11,20 @@ from __future__ import annotations
 
 import copy
 import itertools
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from dpmed.config.wildcards import format_eps
+from dpmed.config.wildcards import (
+    SWEEP_KEYS,
+    WILDCARD_PATTERNS,
+    clip_overrides,
+    clip_rule,
+    format_eps,
+    sweep_clip,
+)
 from dpmed.data.registry import DATASETS
 from dpmed.errors import ConfigError
 from dpmed.seeding import stable_seed
@@ -21,7 +32,7 @@ from dpmed.seeding import stable_seed
 
 def _seg_invalid(wc: Mapping[str, str]) -> str | None:
     private = wc["eps"] != "inf"
-    if (wc["clip"] == "none") == private:
+    if (clip_rule(wc["clip"]) == "none") == private:
         return "clip 'none' pairs with eps inf, every other clip with a finite eps"
     if wc["morph"].startswith("adaptive") and wc["dataset"] != "duke":
         return "adaptive DP-Morph needs the multi-class retinal layers of duke"
@@ -137,6 +148,24 @@ def _merged(defaults: Mapping[str, Any], override: Mapping[str, Any]) -> dict[st
     return out
 
 
+def _swept(
+    wildcards: tuple[tuple[str, str], ...],
+    params: Mapping[str, Any],
+    sweep: Mapping[str, list[float]] | None,
+) -> list[tuple[tuple[tuple[str, str], ...], dict[str, Any]]]:
+    """The jobs of one grid combination: itself, or one per (clip_norm, lr) of a seg sweep."""
+    if not sweep:
+        return [(wildcards, dict(params))]
+    wc = dict(wildcards)
+    out = []
+    for values in itertools.product(*(sweep[k] for k in SWEEP_KEYS)):
+        cell = dict(zip(SWEEP_KEYS, values, strict=True))
+        clip = sweep_clip(wc["clip"], **cell)
+        job_params = _merged(params, {k: float(v) for k, v in cell.items()})
+        out.append((tuple((k, clip if k == "clip" else v) for k, v in wildcards), job_params))
+    return out
+
+
 def expand_study(config: Mapping[str, Any], study: str) -> list[Job]:
     """All valid jobs of `study`, in block order, without duplicates.
 
@@ -153,23 +182,27 @@ def expand_study(config: Mapping[str, Any], study: str) -> list[Job]:
         produced = 0
         lists = [block[axis] for axis, _ in spec.axes]
         for combo in itertools.product(*lists):
-            wildcards = tuple(
+            combination = tuple(
                 (wc, _spell(wc, value)) for (_, wc), value in zip(spec.axes, combo, strict=True)
             )
-            reason = spec.invalid(dict(wildcards))
-            if reason:
-                reasons.add(reason)
+            if block.get("sweep") and clip_rule(dict(combination)["clip"]) == "none":
+                reasons.add("a sweep (clip_norm × lr) applies to private clip rules only")
                 continue
-            produced += 1
-            job = Job(study, wildcards, params, key)
-            previous = jobs.get(wildcards)
-            if previous is not None and previous.params != params:
-                raise ConfigError(
-                    key,
-                    f"job {job.path} is also in {previous.block} with different params; "
-                    "give each job one set of hyperparameters",
-                )
-            jobs.setdefault(wildcards, job)
+            for wildcards, job_params in _swept(combination, params, block.get("sweep")):
+                reason = spec.invalid(dict(wildcards))
+                if reason:
+                    reasons.add(reason)
+                    continue
+                produced += 1
+                job = Job(study, wildcards, job_params, key)
+                previous = jobs.get(wildcards)
+                if previous is not None and previous.params != job_params:
+                    raise ConfigError(
+                        key,
+                        f"job {job.path} is also in {previous.block} with different params; "
+                        "give each job one set of hyperparameters",
+                    )
+                jobs.setdefault(wildcards, job)
         if produced == 0:
             raise ConfigError(key, "no valid combination: " + "; ".join(sorted(reasons)))
     return list(jobs.values())
@@ -197,8 +230,10 @@ class Grid:
         a file target outside the grid (so any cell can be run by naming its output)."""
         key = tuple((wc, str(wildcards[wc])) for _, wc in STUDIES[study].axes)
         job = self._jobs[study].get(key)
-        source = job.params if job is not None else self._config[study]["defaults"]
-        return copy.deepcopy(dict(source))
+        if job is not None:
+            return copy.deepcopy(dict(job.params))
+        swept = clip_overrides(str(wildcards["clip"])) if study == "seg" else {}
+        return _merged(self._config[study]["defaults"], swept)
 
     def datasets(self) -> list[str]:
         """Datasets read by any job, in registry order."""
@@ -212,3 +247,19 @@ def job_seed(study: str, wildcards: Mapping[str, str]) -> int:
     """The RNG seed of a job: a stable hash of the study and all its wildcards."""
     ordered = [f"{wc}={wildcards[wc]}" for _, wc in STUDIES[study].axes]
     return stable_seed(study, *ordered)
+
+
+def wildcards_from_path(study: str, path: str | Path) -> dict[str, str]:
+    """The wildcards of the job folder `path` is (or lies in), e.g. a run's alignment.csv.
+
+    Raises ValueError when `path` is not inside a job folder of `study`.
+    """
+    parts = re.split(r"\{(\w+)\}", STUDIES[study].path)  # literal, name, literal, ...
+    pattern = "".join(
+        f"(?P<{part}>{WILDCARD_PATTERNS[part]})" if i % 2 else re.escape(part)
+        for i, part in enumerate(parts)
+    )
+    match = re.search(rf"(?:^|/){pattern}(?:/|$)", Path(path).as_posix())
+    if match is None:
+        raise ValueError(f"{path} is not inside a {study} job folder ({STUDIES[study].path})")
+    return match.groupdict()

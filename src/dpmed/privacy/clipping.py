@@ -2,13 +2,9 @@
 
 With n_i = ‖g_i‖₂ over all parameters, the summed update is Σ_i s(n_i)·g_i. Every rule keeps
 n·s(n) ≤ C, so the L2 sensitivity of the sum is C and Opacus' noise std σ·C is correct for all
-(REFERENCE.md §2; unlike the public implementations, flaw 7):
-
-    flat   min(1, C/n)                 (Abadi et al.)
-    autos  C/(n + γ)                   (Auto-S, γ = 0.01)
-    nsgd   C/(n + r)                   (normalised SGD, r = 0.1)
-    psac   C/(n + r/(n + r))           (per-sample adaptive clipping, r = 0.1)
-    none   1                           (no clipping: unbounded sensitivity, non-private only)
+(REFERENCE.md §2; unlike the public implementations, flaw 7). `RULE_INFO` states each s(n) as
+text next to `ClipRule.factors` (the source of the generated Table 1); `none` (s = 1, unbounded
+sensitivity) is for non-private runs only.
 
 NSGD and Auto-S in their papers drop the factor C (it is folded into the learning rate); here
 it is kept so that one σ·C noise scale serves every rule.
@@ -22,6 +18,68 @@ import torch
 
 RULES = ("none", "flat", "nsgd", "autos", "psac")
 PRIVATE_RULES = RULES[1:]
+SYMBOLS = {"C": "clip_norm", "γ": "gamma", "r": "r"}  # formula symbol → ClipRule field
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    """What paper 002 Table 1 says about a rule, plus the factor this code implements.
+
+    factor: s(n) as a Python expression in n and the `SYMBOLS` (min allowed), evaluable;
+    hard_clip: whether n·s(n) reaches exactly C (a min) rather than staying below it (smooth);
+    constants: the symbols s(n) uses besides C; paper_mechanism: the paper's column.
+    """
+
+    label: str
+    factor: str
+    hard_clip: bool
+    constants: tuple[str, ...]
+    paper_mechanism: str
+    limitation: str
+    reference: str
+
+
+RULE_INFO: dict[str, RuleInfo] = {
+    "none": RuleInfo(
+        "Non-private", "1", False, (), "g_i", "no privacy (unbounded sensitivity)", "—"
+    ),
+    "flat": RuleInfo(
+        "Flat",
+        "min(1, C/n)",
+        True,
+        (),
+        "min(1, C/‖g_i‖)",
+        "loss of magnitude information; requires tuning of C",
+        "Abadi et al., CCS 2016",
+    ),
+    "nsgd": RuleInfo(
+        "NSGD",
+        "C/(n + r)",
+        False,
+        ("r",),
+        "g_i/(r + ‖g_i‖)",
+        "deviation from true batch gradient; depends on r",
+        "Yang et al., normalised SGD with perturbation, 2022",
+    ),
+    "autos": RuleInfo(
+        "AUTO-S",
+        "C/(n + γ)",
+        False,
+        ("γ",),
+        "g_i/(‖g_i‖ + γ)",
+        "deviation from true batch gradient under small or imbalanced norms",
+        "Bu et al., automatic clipping, NeurIPS 2023",
+    ),
+    "psac": RuleInfo(
+        "PSAC",
+        "C/(n + r/(n + r))",
+        False,
+        ("r",),
+        "C·g_i/(‖g_i‖ + r/(‖g_i‖ + r))",
+        "additional design complexity due to norm-dependent scaling",
+        "Xia et al., per-sample adaptive clipping, AAAI 2023",
+    ),
+}
 
 
 @dataclass(frozen=True)

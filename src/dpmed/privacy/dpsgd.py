@@ -10,10 +10,17 @@
 
 Noise: N(0, (σ·C)²) per coordinate for every rule (each scaled per-sample gradient has norm
 ≤ C), then division by the expected batch size (loss reduction "mean").
+
+Gradient alignment (paper 002 §5.2, Fig. 7): at every non-empty step the optimizer keeps
+`last_alignment`, the cosine between the transformed batch gradient a = Σ_i s(n_i)·g_i (before
+noise) and the true mean gradient b = (1/B)·Σ_i g_i, with ⟨a,b⟩, ‖a‖², ‖b‖² summed parameter by
+parameter in float64 (no batch × parameters matrix). hooks/functorch take both from the
+per-sample gradients; ghost keeps the plain mean gradient of its first backward pass.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,7 +30,6 @@ from opacus.data_loader import DPDataLoader
 from opacus.grad_sample import GradSampleModuleFastGradientClipping
 from opacus.optimizers import DPOptimizer, DPOptimizerFastGradientClipping
 from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
-from opacus.utils.fast_gradient_clipping_utils import DPTensorFastGradientClipping
 from torch import nn
 from torch.utils.data import Dataset
 
@@ -58,6 +64,41 @@ def per_sample_norms(grad_samples: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.stack(per_param, dim=1).norm(2, dim=1)
 
 
+@dataclass(frozen=True)
+class StepAlignment:
+    """One DP step: its batch size B, the share of samples with factor s(n_i) < 1 and cos(a, b)
+    (NaN when a or b is zero)."""
+
+    batch_size: int
+    clipped_fraction: float
+    cosine: float
+
+
+class CosineSums:
+    """⟨a,b⟩, ‖a‖², ‖b‖² of two vectors given block by block (one parameter at a time), summed in
+    float64 on the blocks' device; `cosine()` reads them once. Equal blocks give exactly 1."""
+
+    def __init__(self) -> None:
+        self._sums: torch.Tensor | None = None
+
+    def add(self, a: torch.Tensor, b: torch.Tensor) -> None:
+        a, b = a.detach().reshape(-1).double(), b.detach().reshape(-1).double()
+        block = torch.stack([torch.dot(a, b), torch.dot(a, a), torch.dot(b, b)])
+        self._sums = block if self._sums is None else self._sums + block
+
+    def cosine(self) -> float:
+        if self._sums is None:
+            return math.nan
+        dot, aa, bb = self._sums.tolist()
+        norms = math.sqrt(aa * bb)  # not sqrt(aa)·sqrt(bb): sqrt(x·x) == x exactly
+        return dot / norms if norms > 0 else math.nan
+
+
+def step_alignment(factors: torch.Tensor, sums: CosineSums) -> StepAlignment:
+    """The StepAlignment of a step with per-sample factors `factors` (shape [B], B > 0)."""
+    return StepAlignment(len(factors), float((factors < 1).double().mean()), sums.cosine())
+
+
 class ScaledDPOptimizer(DPOptimizer):
     """DPOptimizer whose clipping is `rule.factors` (max_grad_norm = rule.clip_norm)."""
 
@@ -68,9 +109,12 @@ class ScaledDPOptimizer(DPOptimizer):
         super().__init__(optimizer, **kwargs)
         self.rule = rule
         self.last_norms: torch.Tensor | None = None
+        self.last_alignment: StepAlignment | None = None
 
     def clip_and_accumulate(self) -> None:
-        """p.summed_grad += Σ_i s(n_i)·g_i (per-sample scaling by the rule, no hard clip)."""
+        """p.summed_grad += Σ_i s(n_i)·g_i (per-sample scaling by the rule, no hard clip); sets
+        `last_alignment` (None for an empty batch). b is accumulated as Σ_i g_i = B·b (the cosine
+        is scale-free) with the same einsum as a, so s ≡ 1 gives a == b bit for bit."""
         samples = self.grad_samples
         if len(samples[0]) == 0:
             factors = torch.zeros((0,), device=samples[0].device)
@@ -79,12 +123,25 @@ class ScaledDPOptimizer(DPOptimizer):
             norms = per_sample_norms(samples)
             self.last_norms = norms.detach()
             factors = self.rule.factors(norms)
+        sums = CosineSums()
         for p in self.params:
             _check_processed_flag(p.grad_sample)
             grad_sample = self._get_flat_grad_sample(p).to(p.dtype)
-            grad = torch.einsum("i,i...", factors.to(grad_sample.device, p.dtype), grad_sample)
+            weights = factors.to(grad_sample.device, p.dtype)
+            grad = torch.einsum("i,i...", weights, grad_sample)
+            sums.add(grad, torch.einsum("i,i...", torch.ones_like(weights), grad_sample))
             p.summed_grad = grad if p.summed_grad is None else p.summed_grad + grad
             _mark_as_processed(p.grad_sample)
+        self.last_alignment = step_alignment(factors, sums) if len(factors) else None
+
+
+class ScaledGhostOptimizer(DPOptimizerFastGradientClipping):
+    """Opacus' fast-gradient-clipping optimizer; `last_alignment` is set by `DPSGD.backward`,
+    the only place where the mean and the scaled gradient both exist in ghost mode."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, **kwargs) -> None:
+        super().__init__(optimizer, **kwargs)
+        self.last_alignment: StepAlignment | None = None
 
 
 class ScaledGhostModule(GradSampleModuleFastGradientClipping):
@@ -129,7 +186,7 @@ class ScaledPrivacyEngine(PrivacyEngine):
         loss_reduction: str = "mean",
         grad_sample_mode: str = "hooks",
         **kwargs,
-    ) -> DPOptimizer:
+    ) -> ScaledDPOptimizer | ScaledGhostOptimizer:
         if max_grad_norm != self.rule.clip_norm:
             raise ValueError("max_grad_norm must equal the rule's clip_norm (noise std σ·C)")
         common = dict(
@@ -142,9 +199,7 @@ class ScaledPrivacyEngine(PrivacyEngine):
         if isinstance(optimizer, DPOptimizer):
             optimizer = optimizer.original_optimizer
         if grad_sample_mode == "ghost":
-            return DPOptimizerFastGradientClipping(
-                optimizer, max_grad_norm=self.rule.clip_norm, **common
-            )
+            return ScaledGhostOptimizer(optimizer, max_grad_norm=self.rule.clip_norm, **common)
         return ScaledDPOptimizer(optimizer, rule=self.rule, **common)
 
     def make_private_poisson(
@@ -188,7 +243,7 @@ class DPSGD:
     """A DP-SGD training setup: wrapped module, DP optimizer, Poisson loader, engine."""
 
     module: nn.Module
-    optimizer: DPOptimizer
+    optimizer: ScaledDPOptimizer | ScaledGhostOptimizer
     loader: DPDataLoader
     mode: str
     engine: ScaledPrivacyEngine
@@ -200,14 +255,31 @@ class DPSGD:
                 f"expected a per-sample loss of shape [B], got {loss_per_sample.shape}"
             )
         if self.mode == "ghost":
-            DPTensorFastGradientClipping(
-                self.module, self.optimizer, loss_per_sample, "mean"
-            ).backward()
+            self._ghost_backward(loss_per_sample)
         else:
             loss_per_sample.mean().backward()
 
+    def _ghost_backward(self, loss_per_sample: torch.Tensor) -> None:
+        """Opacus' two passes (`DPTensorFastGradientClipping.backward`): the first, with the
+        norm hooks on, leaves the plain mean gradient b in p.grad, kept for the alignment; the
+        second, hooks off, sums s(n_i)·∇loss_i into p.grad."""
+        loss_per_sample.mean().backward(retain_graph=True)
+        params = self.optimizer.params
+        mean_grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
+        self.optimizer.zero_grad()
+        factors = self.module.get_clipping_coef()
+        self.module.disable_hooks()
+        (factors.to(loss_per_sample.device) * loss_per_sample).sum().backward()
+        self.module.enable_hooks()
+        sums = CosineSums()
+        for p, b in zip(params, mean_grads, strict=True):
+            if b is not None and p.grad is not None:
+                sums.add(p.grad, b)
+        self.optimizer.last_alignment = step_alignment(factors, sums)
+
     def step_empty(self) -> None:
         """An optimizer step for an empty Poisson batch: noise only, still one accounted step."""
+        self.optimizer.last_alignment = None
         for p in self.optimizer.params:
             if self.mode == "ghost":
                 p.grad = torch.zeros_like(p)

@@ -19,7 +19,7 @@ from dpmed.report.style import save_figure, write_table
 
 COUNT_COLUMNS = ["dataset", "split", "institution", "class_name", "unit", "count"]
 # Label colours: 0 transparent, then distinct colours for up to 8 foreground labels (FeTS 4 → 4).
-_LABEL_COLOURS = [
+LABEL_COLOURS = [
     "#e41a1c",
     "#377eb8",
     "#4daf4a",
@@ -43,7 +43,7 @@ def datasets_table(meta_paths: Mapping[str, str | Path], csv_path: str | Path) -
 
 
 def _label_colour_map(labels: list[int]) -> dict[int, str]:
-    return {label: _LABEL_COLOURS[i % len(_LABEL_COLOURS)] for i, label in enumerate(labels)}
+    return {label: LABEL_COLOURS[i % len(LABEL_COLOURS)] for i, label in enumerate(labels)}
 
 
 def data_overview(processed_dirs: Mapping[str, str | Path], png_path: str | Path) -> None:

@@ -26,6 +26,7 @@ import pandas as pd
 from dpmed.report.style import save_figure, write_table
 from dpmed.seg.outputs import FIGURES
 
+DATASET_LABEL = {"duke": "Duke", "umn": "UMN", "covidct": "COVID-19 lung CT"}
 MODELS = ("unetpp", "unet", "lfunet", "infnet")
 MODEL_LABEL = {"unet": "UNet", "unetpp": "UNet++", "lfunet": "LFUNet", "infnet": "Inf-Net"}
 CLIPS = ("none", "flat", "autos", "nsgd", "psac")
@@ -167,7 +168,7 @@ def clipping_figure(
         for row, metric in enumerate(("dice", second)):
             ax = axes[row, col]
             for offset, (label, pick) in zip(
-                (-0.2, 0.2), (("no morph", _no_morph), ("morph", _best_fixed)), strict=True
+                (-0.2, 0.2), (("no morph", _no_morph), ("morph", best_fixed)), strict=True
             ):
                 heights, errs, names = [], [], []
                 for clip in clips:
@@ -207,7 +208,7 @@ def _no_morph(cells: pd.DataFrame) -> pd.Series | None:
     return None if hit.empty else hit.iloc[0]
 
 
-def _best_fixed(cells: pd.DataFrame) -> pd.Series | None:
+def best_fixed(cells: pd.DataFrame) -> pd.Series | None:
     fixed = cells[cells["morph"].map(morph_kind) == "fixed"]
     if fixed.empty:
         return None

@@ -46,8 +46,8 @@ def to_markdown(frame: pd.DataFrame) -> str:
     """A GitHub-flavoured Markdown table (floats with 4 significant digits)."""
 
     def cell(value: object) -> str:
-        if isinstance(value, float) and not math.isnan(value):
-            return f"{value:.4g}"
+        if isinstance(value, float):
+            return "" if math.isnan(value) else f"{value:.4g}"
         return str(value)
 
     header = "| " + " | ".join(str(c) for c in frame.columns) + " |"

@@ -27,7 +27,9 @@ import torch.nn.functional as F
 OPERATIONS = ("open", "close", "both")
 RETINAL_CLASSES = tuple(range(1, 8))
 THICK_OPERATION = {1: "open", 2: "both", 3: "close"}
-_PATTERN = re.compile(r"^(?:(none)|(open|close|both)-k([35])|adaptive-v([123])(?:-q(\d+)-(\d+))?)$")
+_PATTERN = re.compile(
+    r"^(?:(none)|(open|close|both)-k([35])|adaptive-v([123])(?:-q(\d+)-(\d+))?(-s)?)$"
+)
 
 
 def dilate(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -76,17 +78,13 @@ class MorphSpec:
         return f"adaptive-v{self.version}"
 
 
-def parse_morph(
-    text: str, quantiles: tuple[float, float] = (20.0, 85.0), scope: str = "batch"
-) -> MorphSpec:
-    """`none`, `{open,close,both}-k{3,5}` or `adaptive-v{1,2,3}[-q{low}-{high}]` (the q suffix
-    overrides the configured quantiles)."""
+def parse_morph(text: str, quantiles: tuple[float, float] = (20.0, 85.0)) -> MorphSpec:
+    """`none`, `{open,close,both}-k{3,5}` or `adaptive-v{1,2,3}[-q{low}-{high}][-s]`: the q
+    suffix overrides the configured quantiles, `-s` selects the per-image (sound) scope."""
     match = _PATTERN.match(text)
     if not match:
-        raise ValueError(f"morph '{text}' is not none, <op>-k<3|5> or adaptive-v<1|2|3>[-qL-H]")
-    if scope not in ("batch", "sample"):
-        raise ValueError(f"adaptive scope must be batch or sample, got '{scope}'")
-    none, op, k, version, q_low, q_high = match.groups()
+        raise ValueError(f"morph '{text}' is not none, <op>-k<3|5> or adaptive-v<1|2|3>[-qL-H][-s]")
+    none, op, k, version, q_low, q_high, per_sample = match.groups()
     if none:
         return MorphSpec("none")
     if op:
@@ -94,7 +92,9 @@ def parse_morph(
     q = (float(q_low), float(q_high)) if q_low else tuple(float(v) for v in quantiles)
     if not 0 <= q[0] <= q[1] <= 100:
         raise ValueError(f"adaptive quantiles must satisfy 0 ≤ low ≤ high ≤ 100, got {q}")
-    return MorphSpec("adaptive", version=int(version), quantiles=q, scope=scope)
+    return MorphSpec(
+        "adaptive", version=int(version), quantiles=q, scope="sample" if per_sample else "batch"
+    )
 
 
 def thickness(logits: torch.Tensor) -> torch.Tensor:

@@ -42,7 +42,7 @@ def seg_privacy_record(
             "adaptive DP-Morph with batch-level thresholds (paper 002 §3.2): each image's "
             "morphology depends on the other images of the batch, so one image can change "
             "every per-sample gradient and the sensitivity C of the sum does not hold; "
-            "set adaptive_scope: sample for the per-image (sound) policy"
+            "the morph variant adaptive-vN-s uses the per-image (sound) policy"
         )
     return PrivacyRecord(
         mechanism=f"DP-SGD, Poisson-subsampled Gaussian, {rule.name} clipping "

@@ -9,10 +9,15 @@ mean of the same per-sample losses. DP-Morph (`dpmed.seg.morphology`) transforms
 before the loss and at evaluation; for adaptive morphology the policy is computed from the
 final map and applied to every deep-supervision map.
 
+The clip wildcard names the rule, optionally with a sweep suffix (`flat-C0.5-lr0.001`); the
+swept clip_norm and lr already arrive in `params`.
+
 Outputs in `out_dir`: metrics.json (test Dice/HD95/MAE, COVID S_α/E_φ, final val Dice,
 training seconds), history.csv (per epoch: loss, val Dice (+ per class), ε spent, seconds),
 morph_log.csv (adaptive runs: per epoch and class the mean thickness, thresholds and share of
-each operation; header only otherwise), privacy.json, model.pt. `checkpoint.pt` is written
+each operation; header only otherwise), alignment.csv (private runs: per non-empty step the
+cosine between the scaled pre-noise and the true mean gradient, batch size, clipped share;
+header only otherwise; `dpmed.seg.alignment`), privacy.json, model.pt. `checkpoint.pt` is written
 every epoch and removed once all outputs exist; a killed job resumes from it when its
 fingerprint (wildcards, params, seed) matches.
 """
@@ -33,7 +38,7 @@ import pandas as pd
 import torch
 from torch.utils.data import DataLoader
 
-from dpmed.config.wildcards import parse_eps
+from dpmed.config.wildcards import clip_rule, parse_eps
 from dpmed.errors import ConfigError
 from dpmed.io import atomic_path, write_csv, write_json
 from dpmed.models import build_model
@@ -41,6 +46,7 @@ from dpmed.privacy import accounting
 from dpmed.privacy.clipping import ClipRule
 from dpmed.privacy.dpsgd import ScaledPrivacyEngine, resolve_grad_sample_mode
 from dpmed.runtime import Progress, load_checkpoint, save_checkpoint, seed_everything, select_device
+from dpmed.seg.alignment import AlignmentLog
 from dpmed.seg.data import SegData, load_seg_data
 from dpmed.seg.evaluate import evaluate, morph_output
 from dpmed.seg.losses import per_sample_loss
@@ -80,15 +86,16 @@ def train_seg(
     out.mkdir(parents=True, exist_ok=True)
     wc = dict(wildcards)
     dataset, model_name, clip = wc["dataset"], wc["model"], wc["clip"]
+    rule_name = clip_rule(clip)
     target_eps = parse_eps(wc["eps"])
     private = not math.isinf(target_eps)
-    if private == (clip == "none"):
+    if private == (rule_name == "none"):
         raise ConfigError("seg.grid", f"clip '{clip}' with eps {wc['eps']}: none ⇔ eps inf")
     seed_everything(seed, threads)
     dev = select_device(device)
     data = load_seg_data(processed_dir, dataset)
     _check_params(params, data)
-    spec = parse_morph(wc["morph"], tuple(params["quantiles"]), params["adaptive_scope"])
+    spec = parse_morph(wc["morph"], tuple(params["quantiles"]))
     if spec.kind == "adaptive" and data.n_classes < 8:
         raise ConfigError(
             "seg.grid.morphs", f"adaptive DP-Morph needs the retinal layers of duke, not {dataset}"
@@ -124,17 +131,19 @@ def train_seg(
 
     fp = fingerprint(wc, params, seed)
     ckpt = load_checkpoint(out / CHECKPOINT, "cpu")
-    if ckpt is not None and ckpt.get("fingerprint") != fp:
+    if ckpt is not None and (ckpt.get("fingerprint") != fp or "alignment_rows" not in ckpt):
         print(f"{out / CHECKPOINT}: from another configuration, starting afresh", flush=True)
         ckpt = None
     history: list[dict[str, Any]] = []
     morph_log = MorphLog()
+    alignment = AlignmentLog()
     accountant_history: list[tuple[float, float, int]] = []
     start_epoch, train_seconds, empty_batches = 0, 0.0, 0
     if ckpt is not None:
         net.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         history, morph_log.rows = ckpt["history"], ckpt["morph_rows"]
+        alignment = AlignmentLog(ckpt["alignment_rows"])
         accountant_history = [tuple(h) for h in ckpt["accountant"]]
         start_epoch, train_seconds, empty_batches = (
             ckpt["epoch"],
@@ -150,7 +159,7 @@ def train_seg(
         print(f"resuming {out} after epoch {start_epoch}", flush=True)
 
     rule = ClipRule(
-        clip, float(params["clip_norm"]), float(params["autos_gamma"]), float(params["r"])
+        rule_name, float(params["clip_norm"]), float(params["autos_gamma"]), float(params["r"])
     )
     sigma = None
     if private:
@@ -181,7 +190,7 @@ def train_seg(
     for epoch in range(start_epoch, epochs):
         t0 = time.perf_counter()
         losses: list[float] = []
-        for x, y in loader:
+        for batch, (x, y) in enumerate(loader):
             optimizer.zero_grad()
             if len(y) == 0:
                 dp.step_empty()
@@ -197,6 +206,9 @@ def train_seg(
             else:
                 loss.mean().backward()
             optimizer.step()
+            if dp is not None:
+                step = epoch * steps_per_epoch + batch + 1
+                alignment.add(epoch + 1, step, dp.optimizer.last_alignment)
             losses.extend(loss.detach().cpu().tolist())
         seconds = time.perf_counter() - t0
         train_seconds += seconds
@@ -228,6 +240,7 @@ def train_seg(
                 "optimizer": opt.state_dict(),
                 "history": history,
                 "morph_rows": morph_log.rows,
+                "alignment_rows": alignment.rows,
                 "accountant": list(engine.accountant.history) if private else [],
                 "train_seconds": train_seconds,
                 "empty_batches": empty_batches,
@@ -265,6 +278,7 @@ def train_seg(
     history_frame["epsilon"] = history_frame["epsilon"].astype(float)
     write_csv(out / "history.csv", history_frame)
     write_csv(out / "morph_log.csv", pd.DataFrame(morph_log.rows, columns=MORPH_COLUMNS))
+    write_csv(out / "alignment.csv", alignment.frame())
     seg_privacy_record(
         private,
         params,

@@ -1,0 +1,174 @@
+"""Paper 002 Figs. 11 and 12: adaptive DP-Morph on duke.
+
+Fig. 11 (from metrics.json): per model with adaptive runs, grouped bars of test Dice (mean ±
+sample std over seeds) per clip rule: no morphology, the fixed variant with the best mean
+*validation* Dice (its name on the bar), adaptive v1–v3 with the configured quantiles and the
+paper's batch scope, and, hatched, the per-image (sound, `-s`) variants where they ran.
+
+Fig. 12 (from history.csv and morph_log.csv): adaptive v2 runs (UNet++ if it has any), one
+column per clip rule, lowest seed. Top: mean thickness t̄_c of each retinal layer per epoch
+(pixels per image column) with the mean thresholds T_thin, T_thick. Bottom: validation Dice of
+each layer after the last epoch, coloured by the operation the policy assigned that layer most
+often in the last epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
+
+from dpmed.config.grid import wildcards_from_path
+from dpmed.config.wildcards import clip_overrides
+from dpmed.data.oct import DUKE_CLASSES
+from dpmed.report.seg import MODEL_LABEL, MODELS, best_fixed, collect_runs, morph_kind
+from dpmed.report.seg_ablation import clip_groups, plain_clip, setting_labels
+from dpmed.report.style import save_figure
+from dpmed.seg.morphology import OPERATIONS, RETINAL_CLASSES, parse_morph
+
+# Fig. 11 bar categories: (key, legend label, colour index, hatched).
+BARS = (
+    ("none", "no morph", 0, False),
+    ("fixed", "best fixed (val Dice)", 1, False),
+    ("v1", "adaptive v1", 2, False),
+    ("v2", "adaptive v2", 3, False),
+    ("v3", "adaptive v3", 4, False),
+    ("v1-s", "adaptive v1, per-image", 2, True),
+    ("v2-s", "adaptive v2, per-image", 3, True),
+    ("v3-s", "adaptive v3, per-image", 4, True),
+)
+OPERATION_COLOR = {"open": "tab:blue", "close": "tab:orange", "both": "tab:green"}
+
+
+def _category(morph: str) -> str | None:
+    """Fig. 11 bar of a morph wildcard; None for quantile variants (`-qL-H`, Table 2 only)."""
+    kind = morph_kind(morph)
+    if kind != "adaptive":
+        return kind
+    if "-q" in morph:
+        return None
+    spec = parse_morph(morph)
+    return f"v{spec.version}" + ("-s" if spec.scope == "sample" else "")
+
+
+def _bar(cell_runs: pd.DataFrame, key: str) -> tuple[float, float, str]:
+    """(mean, std, name) of test Dice for bar `key` in one (model, clip, ε) group."""
+    runs = cell_runs[cell_runs["category"] == key]
+    if key == "fixed" and not runs.empty:
+        means = runs.groupby("morph", as_index=False)["val_dice"].mean()
+        runs = runs[runs["morph"] == best_fixed(means)["morph"]]
+    if runs.empty:
+        return np.nan, 0.0, ""
+    std = float(runs["dice"].std()) if len(runs) > 1 else 0.0
+    return float(runs["dice"].mean()), std, runs["morph"].iloc[0] if key == "fixed" else ""
+
+
+def adaptive_figure(metrics_paths: Iterable[str | Path], png_path: str | Path) -> None:
+    """Fig. 11: per model with adaptive runs on duke, clip rules × morphology bars."""
+    runs = collect_runs(metrics_paths)
+    runs = plain_clip(runs[runs["dataset"] == "duke"])
+    runs = runs.assign(category=[_category(m) for m in runs["morph"]]).dropna(subset="category")
+    adaptive = runs["category"].str.startswith("v")
+    models = [m for m in MODELS if adaptive[runs["model"] == m].any()]
+    if not models:
+        raise ValueError("no adaptive (default-quantile) seg runs on duke for Fig. 11")
+    fig, axes = plt.subplots(
+        1, len(models), figsize=(5 * len(models) + 2, 4), squeeze=False, layout="constrained"
+    )
+    for ax, model in zip(axes[0], models, strict=True):
+        sub = runs[runs["model"] == model]
+        groups = clip_groups(sub)
+        labels = setting_labels(groups)
+        bars = [b for b in BARS if b[0] in set(sub["category"])]
+        width = 0.8 / len(bars)
+        x = np.arange(len(groups))
+        for i, (key, label, colour, hatched) in enumerate(bars):
+            cells = [_bar(sub[(sub["clip"] == c) & (sub["eps"] == e)], key) for c, e in groups]
+            drawn = ax.bar(
+                x + (i - (len(bars) - 1) / 2) * width,
+                [c[0] for c in cells],
+                width,
+                yerr=[c[1] for c in cells],
+                capsize=2,
+                label=label,
+                color=f"C{colour}",
+                hatch="//" if hatched else None,
+                edgecolor="white" if hatched else None,
+            )
+            for rect, (_, _, name) in zip(drawn, cells, strict=True):
+                if name:
+                    top = (rect.get_x() + rect.get_width() / 2, rect.get_height())
+                    ax.annotate(name, top, ha="center", va="bottom", fontsize=6, rotation=90)
+        ax.set_xticks(x, [labels[g] for g in groups], fontsize=8)
+        ax.set_xlim(-0.7, len(groups) - 0.3)
+        ax.set_ylabel("test Dice ↑")
+        ax.set_title(MODEL_LABEL[model])
+    handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
+    names = [b[1] for b in BARS if b[1] in handles]
+    fig.legend([handles[n] for n in names], names, fontsize=8, loc="outside right")
+    fig.suptitle("duke: adaptive DP-Morph vs fixed vs none (test set, mean ± sd over seeds)")
+    save_figure(fig, png_path)
+
+
+def _layer_runs(run_dirs: Iterable[str | Path]) -> tuple[str, list[tuple[dict, Path]]]:
+    """Fig. 12's model and its adaptive-v2 duke runs with a morph log: lowest seed per
+    (clip, ε), in the paper's clip order."""
+    found = []
+    for run_dir in run_dirs:
+        wc = wildcards_from_path("seg", run_dir)
+        plain = not clip_overrides(wc["clip"])
+        if wc["dataset"] == "duke" and wc["morph"] == "adaptive-v2" and plain:
+            if not pd.read_csv(Path(run_dir) / "morph_log.csv").empty:
+                found.append((wc, Path(run_dir)))
+    models = [m for m in MODELS if any(wc["model"] == m for wc, _ in found)]
+    if not models:
+        raise ValueError("no duke adaptive-v2 seg runs with a morph log for Fig. 12")
+    found = [(wc, d) for wc, d in found if wc["model"] == models[0]]
+    chosen = {}
+    for wc, run_dir in sorted(found, key=lambda r: int(r[0]["seed"])):
+        chosen.setdefault((wc["clip"], wc["eps"]), (wc, run_dir))
+    return models[0], [chosen[g] for g in clip_groups(pd.DataFrame([wc for wc, _ in found]))]
+
+
+def layer_figure(run_dirs: Iterable[str | Path], png_path: str | Path) -> None:
+    """Fig. 12: per clip rule, layer thickness per epoch (top) and last-epoch layer Dice
+    coloured by the most frequent operation (bottom), for adaptive v2 on duke."""
+    model, runs = _layer_runs(run_dirs)
+    labels = setting_labels((wc["clip"], wc["eps"]) for wc, _ in runs)
+    fig, axes = plt.subplots(
+        2, len(runs), figsize=(4.2 * len(runs) + 1.5, 7), squeeze=False, layout="constrained"
+    )
+    layers = np.array(RETINAL_CLASSES)
+    for col, (wc, run_dir) in enumerate(runs):
+        log = pd.read_csv(run_dir / "morph_log.csv")
+        history = pd.read_csv(run_dir / "history.csv")
+        top, bottom = axes[0, col], axes[1, col]
+        for c in RETINAL_CLASSES:
+            rows = log[log["class"] == c]
+            label = f"{c} {DUKE_CLASSES[c]}"
+            top.plot(rows["epoch"], rows["thickness"], marker=".", color=f"C{c - 1}", label=label)
+        thresholds = log.groupby("epoch")[["t_thin", "t_thick"]].first()
+        for name, style in (("t_thin", ":"), ("t_thick", "--")):
+            top.plot(thresholds.index, thresholds[name], style, color="black", label=name)
+        top.set_xlabel("epoch")
+        top.xaxis.set_major_locator(MaxNLocator(integer=True))
+        top.set_ylabel("mean thickness (px per column)")
+        top.set_title(f"{labels[wc['clip'], wc['eps']]} (seed {wc['seed']})")
+        last = log[log["epoch"] == log["epoch"].max()].set_index("class")["operation"]
+        final = history.iloc[-1]
+        dice = [final.get(f"val_dice_c{c}", np.nan) for c in RETINAL_CLASSES]
+        colours = [OPERATION_COLOR[last.get(c)] for c in RETINAL_CLASSES]
+        bottom.bar(layers, dice, color=colours)
+        bottom.set_xticks(layers, [DUKE_CLASSES[c] for c in RETINAL_CLASSES], rotation=45)
+        bottom.set_ylim(0, 1)
+        bottom.set_ylabel(f"val Dice after epoch {int(final['epoch'])}")
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), fontsize=7, loc="outside right upper")
+    handles = [Patch(color=OPERATION_COLOR[op], label=op) for op in OPERATIONS]
+    fig.legend(handles=handles, fontsize=7, title="last-epoch op.", loc="outside right lower")
+    fig.suptitle(f"duke, {MODEL_LABEL[model]}, adaptive v2: layer thickness and layer Dice")
+    save_figure(fig, png_path)

@@ -1,0 +1,107 @@
+"""Paper 002 Fig. 7: distributions of the per-step gradient cosine (alignment.csv) per clip rule,
+one panel per (dataset, model).
+
+Paper layout: top row UNet++ on Duke, UMN, COVID-19; bottom row UNet on Duke and UMN, Inf-Net
+on COVID-19. Only the panels with runs are drawn (paper panels first, in that order, then any
+other model), three per row. Each panel pools every step of the private paper cells of its
+(dataset, model) — all seeds, morphologies and ε (the ε values are in the title); lr × C sweep
+cells and morphology ablations are left out. Box plots with every step as a jittered point
+(fixed seed), NaN cosines (a zero gradient) dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from dpmed.config.grid import wildcards_from_path
+from dpmed.config.wildcards import SEG_DATASETS, format_eps, parse_eps
+from dpmed.report.seg import CLIP_LABEL, CLIPS, DATASET_LABEL, MODEL_LABEL, MODELS
+from dpmed.report.style import save_figure
+from dpmed.seg.outputs import is_paper_cell
+
+# Bottom row of the paper's Fig. 7: the model shown per dataset.
+BOTTOM_MODEL = {"duke": "unet", "umn": "unet", "covidct": "infnet"}
+PRIVATE_CLIPS = tuple(c for c in CLIPS if c != "none")
+
+
+def collect_alignment(paths: Iterable[str | Path]) -> pd.DataFrame:
+    """Every step of the private paper cells: wildcards + alignment.csv columns.
+
+    Raises ValueError when no such run has a step with a finite cosine.
+    """
+    frames = []
+    for path in paths:
+        wc = wildcards_from_path("seg", path)
+        if wc["clip"] == "none" or not is_paper_cell(wc):
+            continue
+        steps = pd.read_csv(path)
+        frames.append(steps.assign(**wc))
+    steps = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if not steps.empty:
+        steps = steps[np.isfinite(steps["cosine"].astype(float))]
+    if steps.empty:
+        raise ValueError("no alignment steps of private seg paper cells given")
+    return steps.sort_values(["dataset", "model", "clip", "morph", "eps", "seed", "step"])
+
+
+def _panel_rank(dataset: str, model: str) -> tuple[int, int, int]:
+    row = 0 if model == "unetpp" else (1 if BOTTOM_MODEL[dataset] == model else 2)
+    return row, SEG_DATASETS.index(dataset), MODELS.index(model)
+
+
+def alignment_figure(paths: Iterable[str | Path], png_path: str | Path) -> pd.DataFrame:
+    """Draw Fig. 7 from alignment.csv files to `png_path` (+ .pdf); print and return the
+    median cosine per panel and rule (columns dataset, model, clip, steps, median)."""
+    steps = collect_alignment(paths)
+    panels = sorted(
+        {(d, m) for d, m in zip(steps["dataset"], steps["model"], strict=True)},
+        key=lambda panel: _panel_rank(*panel),
+    )
+    ncols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(4.2 * ncols, 3.4 * nrows), squeeze=False, sharey=True
+    )
+    rng = np.random.default_rng(0)
+    medians = []
+    for index, (ax, (dataset, model)) in enumerate(zip(axes.flat, panels, strict=False)):
+        cell = steps[(steps["dataset"] == dataset) & (steps["model"] == model)]
+        clips = [c for c in PRIVATE_CLIPS if c in set(cell["clip"])]
+        values = [cell.loc[cell["clip"] == c, "cosine"].to_numpy(float) for c in clips]
+        positions = np.arange(len(clips))
+        ax.boxplot(
+            values, positions=positions, widths=0.6, showfliers=False, medianprops={"color": "k"}
+        )
+        for x, v in zip(positions, values, strict=True):
+            jitter = rng.uniform(-0.18, 0.18, size=len(v))
+            ax.scatter(x + jitter, v, s=5, alpha=0.4, color=f"C{CLIPS.index(clips[x])}")
+        ax.set_xticks(positions, [CLIP_LABEL[c] for c in clips], fontsize=8)
+        ax.axhline(1.0, color="0.7", lw=0.6, ls="--")
+        eps = ", ".join(format_eps(e) for e in sorted({parse_eps(e) for e in cell["eps"]}))
+        label = f"{DATASET_LABEL[dataset]}, {MODEL_LABEL[model]} (ε = {eps})"
+        ax.set_title(f"({chr(ord('a') + index)}) {label}", fontsize=9)
+        if index % ncols == 0:
+            ax.set_ylabel("cosine(transformed, true gradient)")
+        for clip, v in zip(clips, values, strict=True):
+            medians.append(
+                {"dataset": dataset, "model": model, "clip": clip, "steps": len(v)}
+                | {"median": float(np.median(v))}
+            )
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    fig.suptitle("Gradient cosine similarity under DP training (per optimizer step)")
+    fig.tight_layout()
+    save_figure(fig, png_path)
+    summary = pd.DataFrame(medians)
+    for (dataset, model), rows in summary.groupby(["dataset", "model"], sort=False):
+        text = ", ".join(
+            f"{CLIP_LABEL[r.clip]} {r.median:.4f} (n={r.steps})" for r in rows.itertuples()
+        )
+        print(f"Fig. 7 {dataset}/{model} median cosine: {text}", flush=True)
+    return summary

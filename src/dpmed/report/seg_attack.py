@@ -1,0 +1,169 @@
+"""Paper 002 Fig. 9 (protection of the clipping rules against the global-loss attack) and its
+table, from the runs' attack.json files (`dpmed.seg.attack`).
+
+Table: one row per (dataset, model, clip, morph, eps) of every run given (sweep and ablation
+cells included), mean over seeds of AUC, balanced accuracy, advantage and TPR at FPR 1 % / 0.1 %,
+sample sd (ddof 1, empty with one seed) of AUC and balanced accuracy, and the number of seeds.
+Figure: one panel per dataset, (a) Duke (b) UMN (c) COVID-19 lung CT as present; the paper's
+cells only (a plain clip rule, morph none or a fixed variant, no -q/-s suffix); per model (and
+fixed morph variant) one bar per clip rule and ε: balanced accuracy at the calibrated threshold
+(mean ± sd over seeds), AUC as a marker, chance (0.5) dashed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from dpmed.config.wildcards import clip_rule, parse_eps
+from dpmed.report.seg import CLIP_LABEL, CLIPS, DATASET_LABEL, MODEL_LABEL, MODELS
+from dpmed.report.style import save_figure, write_table
+from dpmed.seg.morphology import parse_morph
+from dpmed.seg.outputs import FIGURES
+
+METRICS = ("auc", "balanced_accuracy", "advantage", "tpr_at_fpr_1pct", "tpr_at_fpr_0.1pct")
+CELL = ["dataset", "model", "clip", "morph", "eps"]
+HATCHES = ("", "//", "..", "xx", "\\\\")
+
+
+def collect_attacks(paths: Iterable[str | Path]) -> pd.DataFrame:
+    """One row per attack.json: its wildcards and metrics."""
+    rows = []
+    for path in paths:
+        result = json.loads(Path(path).read_text())
+        rows.append(dict(result["wildcards"]) | {k: float(result[k]) for k in METRICS})
+    if not rows:
+        raise ValueError("no attack.json files given")
+    return pd.DataFrame(rows)
+
+
+def _order(row: pd.Series) -> tuple:
+    return (
+        list(FIGURES).index(row["dataset"]) if row["dataset"] in FIGURES else len(FIGURES),
+        row["dataset"],
+        MODELS.index(row["model"]),
+        CLIPS.index(clip_rule(row["clip"])),
+        row["clip"],
+        row["morph"],
+        parse_eps(row["eps"]),
+    )
+
+
+def attack_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean (and sd of AUC, balanced accuracy) over seeds per cell, in paper order."""
+    grouped = runs.groupby(CELL, sort=False)
+    table = grouped[list(METRICS)].mean()
+    for name in ("auc", "balanced_accuracy"):
+        table[f"{name}_sd"] = grouped[name].std(ddof=1)
+    table["n_seeds"] = grouped.size()
+    table = table.reset_index()
+    order = sorted(range(len(table)), key=lambda i: _order(table.iloc[i]))
+    return table.iloc[order].reset_index(drop=True)
+
+
+def is_paper_cell(clip: str, morph: str) -> bool:
+    """A Fig. 9 cell: plain clip rule (no lr×C sweep) and morph none or fixed, unsuffixed."""
+    spec = parse_morph(morph)
+    return clip_rule(clip) == clip and spec.kind != "adaptive" and spec.label == morph
+
+
+def attack_figure(table: pd.DataFrame, png_path: str | Path) -> None:
+    """Fig. 9 from `attack_table` rows (paper cells only); one legend for all panels (colour =
+    clip rule, hatch = ε rank of that rule over the figure)."""
+    cells = table[[is_paper_cell(c, m) for c, m in zip(table["clip"], table["morph"], strict=True)]]
+    if cells.empty:
+        raise ValueError("no attack results of paper cells (plain clip, morph none or fixed)")
+    series = _sorted_series(cells)
+    datasets = [d for d in FIGURES if d in set(cells["dataset"])]
+    fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.2), squeeze=False)
+    for index, (ax, dataset) in enumerate(zip(axes[0], datasets, strict=True)):
+        _panel(ax, cells[cells["dataset"] == dataset], series)
+        ax.set_title(f"({'abc'[index]}) {DATASET_LABEL[dataset]}")
+    axes[0, 0].set_ylabel("attack success (balanced accuracy)")
+    handles: dict[str, object] = {}
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    order = ["AUC", "chance"] + [_series_label(c, e) for c, e in series]
+    labels = [label for label in order if label in handles]
+    fig.legend(
+        [handles[k] for k in labels],
+        labels,
+        loc="lower center",
+        ncol=len(labels),
+        fontsize=8,
+        bbox_to_anchor=(0.5, -0.08),
+    )
+    fig.suptitle(
+        "Global-loss membership attack per clipping rule (bars: balanced accuracy at the "
+        "calibrated threshold, mean ± sd over seeds; diamonds: AUC)",
+        fontsize=9,
+    )
+    save_figure(fig, png_path)
+
+
+def _sorted_series(cells: pd.DataFrame) -> list[tuple[str, str]]:
+    """The (clip, eps) pairs present, clip rules in paper order, then ε ascending."""
+    return sorted(
+        set(zip(cells["clip"], cells["eps"], strict=True)),
+        key=lambda s: (CLIPS.index(s[0]), parse_eps(s[1])),
+    )
+
+
+def _series_label(clip: str, eps: str) -> str:
+    return CLIP_LABEL[clip] + ("" if clip == "none" else f" (ε={eps})")
+
+
+def _panel(ax: plt.Axes, cells: pd.DataFrame, all_series: list[tuple[str, str]]) -> None:
+    groups = sorted(
+        set(zip(cells["model"], cells["morph"], strict=True)),
+        key=lambda g: (MODELS.index(g[0]), g[1] != "none", g[1]),
+    )
+    series = _sorted_series(cells)
+    width = 0.8 / len(series)
+    x = np.arange(len(groups))
+    colors = plt.get_cmap("tab10")
+    for i, (clip, eps) in enumerate(series):
+        rows = cells[(cells["clip"] == clip) & (cells["eps"] == eps)]
+        by_group = {(r.model, r.morph): r for r in rows.itertuples(index=False)}
+        picked = [by_group.get(g) for g in groups]
+        ba = [np.nan if r is None else r.balanced_accuracy for r in picked]
+        sd = [
+            0.0 if r is None or math.isnan(r.balanced_accuracy_sd) else r.balanced_accuracy_sd
+            for r in picked
+        ]
+        auc = [np.nan if r is None else r.auc for r in picked]
+        offset = x + (i - (len(series) - 1) / 2) * width
+        eps_rank = [e for c, e in all_series if c == clip].index(eps)
+        ax.bar(
+            offset,
+            ba,
+            width,
+            yerr=sd,
+            capsize=2,
+            label=_series_label(clip, eps),
+            color=colors(CLIPS.index(clip)),
+            hatch=HATCHES[eps_rank % len(HATCHES)],
+            edgecolor="white",
+        )
+        ax.plot(offset, auc, "D", color="black", markersize=4, label="AUC")
+    ax.axhline(0.5, color="grey", linestyle="--", linewidth=1, label="chance")
+    names = [MODEL_LABEL[m] + ("" if morph == "none" else f"\n{morph}") for m, morph in groups]
+    ax.set_xticks(x, names, fontsize=8)
+    ax.set_ylim(0, 1.05)
+
+
+def attack_report(
+    paths: Iterable[str | Path], png_path: str | Path, csv_path: str | Path
+) -> pd.DataFrame:
+    """Write the table (csv + md) of every run and the Fig. 9 figure (png + pdf)."""
+    table = attack_table(collect_attacks(paths))
+    write_table(table, csv_path)
+    attack_figure(table, png_path)
+    return table

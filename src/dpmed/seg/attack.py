@@ -1,0 +1,136 @@
+"""Global-loss membership inference on one trained seg run (paper 002 §5.4, Fig. 9).
+
+Members are the run's training images, non-members the held-out images (val + test) of the
+same dataset; the larger set is subsampled (seeded) to the size of the smaller, so both sides
+count n. Each side is split (seeded) into a calibration part of round(f·n) images (Python's
+round, half to even; f = `params["attack_calibration"]`) and an evaluation part with the rest.
+The score of an image is −loss, its per-sample training loss
+(`dpmed.seg.losses.per_sample_loss`: CE + dice_weight · (1 − soft Dice)) on the model's
+eval-mode output after the run's DP-Morph; in eval mode the networks return only the final
+map, so deep-supervision side maps and Inf-Net's edge term do not enter. τ comes from the
+calibration scores, every reported metric from the evaluation scores (`dpmed.metrics.membership`).
+
+Adaptive DP-Morph with batch scope makes one image's logits depend on the rest of its batch;
+such runs are scored one image at a time (a batch of one, which equals the per-image scope),
+so a score never depends on which other images were drawn. The other runs are scored in
+batches of `batch_size` (eval mode, GroupNorm: per-image outputs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dpmed.io import write_json
+from dpmed.metrics.membership import attack_metrics
+from dpmed.runtime import seed_everything, select_device
+from dpmed.seeding import stable_seed
+from dpmed.seg.data import Split, load_seg_data
+from dpmed.seg.evaluate import morph_output
+from dpmed.seg.inference import load_run_model
+from dpmed.seg.losses import per_sample_loss
+from dpmed.seg.morphology import MorphSpec, parse_morph
+
+SCORE = (
+    "score = -per_sample_loss (CE + dice_weight*(1 - soft Dice)) of the eval-mode output after "
+    "DP-Morph; predicted member iff score >= threshold"
+)
+
+
+def image_losses(
+    net: torch.nn.Module,
+    spec: MorphSpec,
+    split: Split,
+    dice_weight: float,
+    batch_size: int,
+    device: torch.device,
+) -> np.ndarray:
+    """Per-image loss (float64, [N]) of `net` on `split`, DP-Morph applied as in training."""
+    losses = []
+    with torch.no_grad():
+        for start in range(0, len(split), batch_size):
+            x = split.images[start : start + batch_size].to(device)
+            y = split.masks[start : start + batch_size].to(device)
+            output, _ = morph_output(spec, net(x))
+            losses.append(per_sample_loss(output, y, dice_weight).double().cpu().numpy())
+    return np.concatenate(losses) if losses else np.zeros(0)
+
+
+def _subset(split: Split, index: np.ndarray) -> Split:
+    idx = torch.from_numpy(index)
+    return Split(split.images[idx], split.masks[idx])
+
+
+def _concat(a: Split, b: Split) -> Split:
+    return Split(torch.cat([a.images, b.images]), torch.cat([a.masks, b.masks]))
+
+
+def run_attack(
+    processed_dir: str | Path,
+    run_dir: str | Path,
+    wildcards: Mapping[str, str],
+    params: Mapping[str, Any],
+    seed: int,
+    device: str = "auto",
+    threads: int | None = None,
+) -> dict[str, Any]:
+    """Attack the model in `run_dir`, write `run_dir/attack.json` and return its content."""
+    wc = dict(wildcards)
+    seed_everything(seed, threads)
+    dev = select_device(device)
+    data = load_seg_data(processed_dir, wc["dataset"])
+    spec = parse_morph(wc["morph"], tuple(params["quantiles"]))
+    net = load_run_model(run_dir, params, str(dev))
+
+    members = data.splits["train"]
+    nonmembers = _concat(data.splits["val"], data.splits["test"])
+    n = min(len(members), len(nonmembers))
+    n_cal = int(round(float(params["attack_calibration"]) * n))
+    if n_cal < 1 or n - n_cal < 1:
+        raise ValueError(
+            f"membership attack needs ≥ 1 calibration and ≥ 1 evaluation image per side: "
+            f"{n} per side, calibration fraction {params['attack_calibration']}"
+        )
+    rng = np.random.default_rng(stable_seed("seg_attack", seed))
+    sides = {}
+    for name, split in (("members", members), ("nonmembers", nonmembers)):
+        chosen = np.sort(rng.choice(len(split), size=n, replace=False))
+        order = rng.permutation(chosen)
+        sides[name] = (
+            _subset(split, np.sort(order[:n_cal])),
+            _subset(split, np.sort(order[n_cal:])),
+        )
+
+    batch = 1 if spec.kind == "adaptive" and spec.scope == "batch" else int(params["batch_size"])
+    weight = float(params["dice_weight"])
+    scores = {
+        name: tuple(-image_losses(net, spec, part, weight, batch, dev) for part in parts)
+        for name, parts in sides.items()
+    }
+    result: dict[str, Any] = attack_metrics(
+        (scores["members"][0], scores["nonmembers"][0]),
+        (scores["members"][1], scores["nonmembers"][1]),
+    )
+    result |= {
+        "counts": {
+            "n_members_available": len(members),
+            "n_nonmembers_available": len(nonmembers),
+            "n_members": n,
+            "n_nonmembers": n,
+            "n_calibration": {"members": n_cal, "nonmembers": n_cal},
+            "n_evaluation": {"members": n - n_cal, "nonmembers": n - n_cal},
+        },
+        "min_nonzero_fpr": 1 / (n - n_cal),
+        "mean_loss": {name: float(-np.concatenate(parts).mean()) for name, parts in scores.items()},
+        "score": SCORE,
+        "scoring_batch_size": batch,
+        "metrics_split": "evaluation (threshold from calibration)",
+        "wildcards": wc,
+        "seed": seed,
+    }
+    write_json(Path(run_dir) / "attack.json", result)
+    return result

@@ -1,0 +1,128 @@
+"""The whole pipeline as one product (issue 7): a second full smoke run is byte-identical,
+editing one ε reruns only its cells and what reads them, SLURM dry-runs show every GPU job's
+resources, and the HTML report holds every table and figure."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, SMOKE_CONFIG, run_snakemake
+
+pytestmark = pytest.mark.slow
+
+DETERMINISTIC = ("data/processed", "results/tables", "results/figures")
+TRAINING_RULES = ("seg_train", "seg_attack", "fets_train", "xcal_train")
+
+
+def digests(root: Path, folders: tuple[str, ...] = DETERMINISTIC) -> dict[str, str]:
+    """sha256 of every file below the given folders of `root`, keyed by relative path."""
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for folder in folders
+        for path in sorted((root / folder).rglob("*"))
+        if path.is_file()
+    }
+
+
+def planned_jobs(dry_run_output: str) -> list[dict[str, str]]:
+    """The jobs of a `snakemake -n` listing: rule name plus the job block's fields."""
+    jobs = []
+    for block in re.split(r"\n\s*\n", dry_run_output):
+        match = re.search(r"^(?:local)?rule (\w+):$", block, flags=re.M)
+        if match is None:
+            continue
+        fields = dict(re.findall(r"^\s{4}(\w+): (.*)$", block, flags=re.M))
+        jobs.append({"rule": match.group(1), **fields})
+    return jobs
+
+
+def test_second_smoke_run_is_byte_identical(smoke_run, tmp_path_factory):
+    again = tmp_path_factory.mktemp("smoke_again")
+    run_snakemake("--directory", str(again), "--configfile", str(SMOKE_CONFIG), "--cores", "2")
+    first, second = digests(smoke_run), digests(again)
+    assert first == second
+    # Every figure has its PDF twin, every table its Markdown twin; measured wall-clock lives
+    # outside the compared folders.
+    names = set(first)
+    assert any(n.startswith("results/figures/seg_fig12") for n in names)
+    for name in names:
+        if name.endswith(".png"):
+            assert name[:-4] + ".pdf" in names
+        if name.startswith("results/tables") and name.endswith(".csv"):
+            assert name[:-4] + ".md" in names
+    assert (again / "results/measured/seg_fig8_training_time.png").exists()
+
+
+def test_editing_one_eps_reruns_only_its_cells_and_readers(smoke_run, tmp_path):
+    config = yaml.safe_load(SMOKE_CONFIG.read_text())
+    block = config["seg"]["grid"][-1]  # covidct: infnet × {none, flat} × {none, close-k3}
+    assert block["datasets"] == ["covidct"] and block["eps"] == [50, "inf"]
+    block["eps"] = [40, "inf"]
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(yaml.safe_dump(config))
+    result = run_snakemake("-n", "--directory", str(smoke_run), "--configfile", str(edited))
+    jobs = planned_jobs(result.stdout)
+    training = [job for job in jobs if job["rule"] in TRAINING_RULES]
+    # The two private covidct cells at the new ε: training and attack, nothing else.
+    assert sorted((job["rule"], job["wildcards"]) for job in training) == sorted(
+        (rule, f"dataset=covidct, model=infnet, clip=flat, morph={morph}, eps=40, seed=0")
+        for rule in ("seg_train", "seg_attack")
+        for morph in ("none", "close-k3")
+    )
+    readers = {job["rule"] for job in jobs} - set(TRAINING_RULES)
+    assert "privacy_summary" in readers and "seg_main_table" in readers
+    assert not any(rule.startswith(("fets_", "xcal_", "preprocess", "synth")) for rule in readers)
+    main_tables = [job["output"] for job in jobs if job["rule"] == "seg_main_table"]
+    assert main_tables == [
+        "results/tables/seg_main_covidct.csv, results/tables/seg_main_covidct.md"
+    ]
+    # The old ε's outputs are not deleted or rerun, just no longer targets.
+    assert (smoke_run / "results/seg/covidct/infnet/flat/none/eps50/seed0/model.pt").exists()
+
+
+def test_list_changes_params_names_the_edited_jobs(smoke_run, tmp_path):
+    config = yaml.safe_load(SMOKE_CONFIG.read_text())
+    config["seg"]["grid"][-1]["params"]["clip_norm"] = 2.5  # the covidct block's C
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(yaml.safe_dump(config))
+    result = run_snakemake(
+        "--list-changes", "params", "--directory", str(smoke_run), "--configfile", str(edited)
+    )
+    changed = set(re.findall(r"results/seg/[^\s]+/metrics\.json", result.stdout))
+    assert changed and all("/covidct/" in path for path in changed)
+
+
+def test_slurm_dry_run_shows_resources_of_every_gpu_job(tmp_path):
+    result = run_snakemake(
+        "-n", "--profile", str(REPO / "profiles" / "slurm"), "--directory", str(tmp_path)
+    )
+    jobs = [job for job in planned_jobs(result.stdout) if job["rule"] in TRAINING_RULES]
+    assert {job["rule"] for job in jobs} == set(TRAINING_RULES)
+    for job in jobs:
+        resources = dict(item.split("=", 1) for item in job["resources"].split(", "))
+        assert resources["gpu"] == "1", job
+        assert int(resources["mem_mb"]) >= 8000 and int(resources["runtime"]) >= 30, job
+        assert resources["slurm_partition"] == "<gpu-partition>", job
+
+
+def test_report_holds_every_table_and_figure(smoke_run):
+    report = smoke_run / "results" / "report.html"
+    run_snakemake(
+        "--report", str(report), "--directory", str(smoke_run), "--configfile", str(SMOKE_CONFIG)
+    )
+    html = report.read_text()
+    shown = [
+        path.name
+        for folder in ("results/tables", "results/figures", "results/measured")
+        for path in (smoke_run / folder).iterdir()
+        if path.suffix in (".csv", ".png")
+    ]
+    assert len(shown) > 40
+    for name in shown:
+        assert name in html, name
+    for category in ("seg (paper 002)", "fets (paper 000)", "xcal (paper 001)", "privacy"):
+        assert category in html

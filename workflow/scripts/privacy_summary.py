@@ -1,0 +1,10 @@
+"""Rule privacy_summary: results/tables/privacy_summary.csv, every DP run of all studies with its
+mechanism, adjacency, sampling, accountant, ε, δ and guarantee (issue 7)."""
+
+from dpmed.logs import log_to
+from dpmed.report.privacy import privacy_summary
+from dpmed.report.style import write_table
+
+smk = snakemake  # noqa: F821 (injected by Snakemake)
+with log_to(smk.log[0]):
+    write_table(privacy_summary(smk.input.privacy), smk.output[0])
