@@ -259,3 +259,15 @@ def test_wildcards_round_trip_through_paths(smoke):
             assert wildcards_from_path(study, f"/tmp/w/{job.path}/x.csv") == job.wc
     with pytest.raises(ValueError, match="not inside a seg job folder"):
         wildcards_from_path("seg", "results/seg/duke/unet/flat")
+
+
+def test_key_order_does_not_change_job_params(smoke):
+    shuffled = yaml.safe_load(yaml.safe_dump(smoke, sort_keys=True))
+    reordered = {key: shuffled[key] for key in reversed(list(shuffled))}
+    first = check_config(smoke, SCHEMA)
+    second = check_config(reordered, SCHEMA)
+    for study in ("seg", "fets", "xcal"):
+        assert [repr(job.params) for job in first.jobs(study)] == [
+            repr(job.params) for job in second.jobs(study)
+        ]
+    assert repr(smoke["data"]) == repr(reordered["data"])

@@ -23,16 +23,33 @@ SYNTHETIC_KEYS = {
 
 
 def check_config(config: MutableMapping[str, Any], schema: str | Path) -> Grid:
-    """Validate `config` in place (schema defaults filled) and return its expanded `Grid`."""
+    """Validate `config` in place (schema defaults filled, every mapping's keys sorted) and
+    return its expanded `Grid`."""
     from snakemake.utils import validate  # heavy import, only where a config is checked
 
     validate(config, str(schema))
+    sort_keys_in_place(config)
     grid = Grid(config)
     for dataset in grid.datasets():
         _check_dataset(config["data"], dataset)
     _check_seg(config["seg"])
     _check_xcal(config["xcal"], grid)
     return grid
+
+
+def sort_keys_in_place(node: Any) -> None:
+    """Sort the keys of every mapping below `node`. Snakemake compares a job's params with the
+    recorded ones by their repr, so without this a config that only lists keys in another
+    order (e.g. written by yaml.safe_dump) would rerun every job."""
+    if isinstance(node, MutableMapping):
+        items = sorted(node.items())
+        node.clear()
+        node.update(items)
+        for value in node.values():
+            sort_keys_in_place(value)
+    elif isinstance(node, list):
+        for value in node:
+            sort_keys_in_place(value)
 
 
 def _check_dataset(data: Mapping[str, Any], dataset: str) -> None:
