@@ -15,6 +15,25 @@ REPO = Path(__file__).resolve().parents[1]
 SMOKE_CONFIG = REPO / "config" / "smoke.yaml"
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 DATA_STAGE_TARGETS = ["datasets_table", "data_overview", "fets_figure1"]
+# Hyperparameters of the tiny seg runs the unit tests train (tests override a few).
+SEG_PARAMS = dict(
+    epochs=2,
+    batch_size=8,
+    lr=0.003,
+    optimizer="adam",
+    clip_norm=1.0,
+    delta=1e-5,
+    accountant="rdp",
+    grad_sample_mode="auto",
+    autos_gamma=0.01,
+    r=0.1,
+    quantiles=[20, 85],
+    attack_calibration=0.5,
+    width=8,
+    depth=3,
+    deep_supervision=True,
+    dice_weight=1.0,
+)
 
 
 def run_snakemake(*args: str, cwd: Path = REPO, check: bool = True) -> subprocess.CompletedProcess:
@@ -45,3 +64,26 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_snakemake("--directory", str(workdir), "--configfile", str(SMOKE_CONFIG), "--cores", "2")
     print(f"smoke DAG: {time.perf_counter() - start:.0f} s")
     return workdir
+
+
+def noise_free_dp_step(net, x, y, rule, mode: str):
+    """One DP-SGD step of `net` on the whole batch (q = 1) without noise and with lr 0, through
+    the real Opacus integration; returns the DP optimizer (gradients left in `net`)."""
+    from torch.optim import SGD
+    from torch.utils.data import TensorDataset
+
+    from dpmed.privacy.dpsgd import ScaledPrivacyEngine
+    from dpmed.seg.losses import per_sample_loss
+
+    dp = ScaledPrivacyEngine(rule).make_private_poisson(
+        net,
+        SGD(net.parameters(), lr=0.0),
+        TensorDataset(x, y),
+        sample_rate=1.0,
+        noise_multiplier=0.0,
+        grad_sample_mode=mode,
+    )
+    dp.optimizer.zero_grad()
+    dp.backward(per_sample_loss(dp.module(x), y))
+    dp.optimizer.step()
+    return dp.optimizer

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import noise_free_dp_step
 from PIL import Image
 from test_seg_train import PARAMS, duke, wildcards  # noqa: F401 (duke is a fixture)
 from torch.utils.data import TensorDataset
@@ -43,22 +44,6 @@ def _batch(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     return x.to(dtype), torch.randint(0, 3, (5, 8, 8), generator=g)
 
 
-def _dp_step(net, x, y, rule: ClipRule, mode: str):
-    """One noise-free DP-SGD step of `net` on the whole batch (q = 1); returns the optimizer."""
-    dp = ScaledPrivacyEngine(rule).make_private_poisson(
-        net,
-        torch.optim.SGD(net.parameters(), lr=0.0),
-        TensorDataset(x, y),
-        sample_rate=1.0,
-        noise_multiplier=0.0,
-        grad_sample_mode=mode,
-    )
-    dp.optimizer.zero_grad()
-    dp.backward(per_sample_loss(dp.module(x), y))
-    dp.optimizer.step()
-    return dp.optimizer
-
-
 def _per_sample_gradients(net, x, y) -> np.ndarray:
     """[B, P] materialised per-sample gradients, one autograd pass per sample (float64)."""
     rows = []
@@ -74,7 +59,7 @@ def _per_sample_gradients(net, x, y) -> np.ndarray:
 def test_flat_without_clipping_is_exactly_aligned(mode):
     net = _tiny_net(torch.float32)
     x, y = _batch(torch.float32)
-    opt = _dp_step(net, x, y, ClipRule("flat", clip_norm=1e6), mode)
+    opt = noise_free_dp_step(net, x, y, ClipRule("flat", clip_norm=1e6), mode)
     stat = opt.last_alignment
     assert stat.cosine == 1.0
     assert stat.batch_size == 5 and stat.clipped_fraction == 0.0
@@ -94,7 +79,7 @@ def test_cosine_equals_brute_force_on_materialised_gradients(name, mode):
     a = factors @ grads
     b = grads.mean(axis=0)
     expected = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-    stat = _dp_step(net, x, y, rule, mode).last_alignment
+    stat = noise_free_dp_step(net, x, y, rule, mode).last_alignment
     assert stat.cosine == pytest.approx(expected, abs=1e-10)
     assert stat.cosine < 1 - 1e-6  # the rules really turn the gradient
     assert stat.batch_size == 5

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import SEG_PARAMS
 from scipy.stats import mannwhitneyu
 
 from dpmed.io import write_json, write_npz
@@ -121,24 +122,7 @@ def test_metrics_reject_empty_or_nan():
         mi.roc([1.0], [math.nan])
 
 
-HP = dict(
-    epochs=2,
-    batch_size=4,
-    lr=0.01,
-    optimizer="adam",
-    clip_norm=1.0,
-    delta=1e-5,
-    accountant="rdp",
-    grad_sample_mode="auto",
-    autos_gamma=0.01,
-    r=0.1,
-    quantiles=[20, 85],
-    attack_calibration=0.5,
-    width=4,
-    depth=2,
-    deep_supervision=True,
-    dice_weight=1.0,
-)
+HP = SEG_PARAMS | {"epochs": 2, "batch_size": 4, "lr": 0.01, "width": 4, "depth": 2}
 COUNTS = {"train": 12, "val": 3, "test": 4}  # non-members 7 < members 12
 
 

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from conftest import noise_free_dp_step
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from opacus.accountants import RDPAccountant
@@ -98,18 +99,7 @@ def test_summed_gradient_equals_brute_force_loop(name, mode):
         for j in range(len(per_sample[0]))
     ]
     net.zero_grad()
-    engine = ScaledPrivacyEngine(rule)
-    dp = engine.make_private_poisson(
-        net,
-        torch.optim.SGD(net.parameters(), lr=0.0),
-        TensorDataset(x, y),
-        sample_rate=1.0,
-        noise_multiplier=0.0,
-        grad_sample_mode=mode,
-    )
-    dp.optimizer.zero_grad()
-    dp.backward(per_sample_loss(dp.module(x), y))
-    dp.optimizer.step()
+    noise_free_dp_step(net, x, y, rule, mode)
     for p, e in zip(net.parameters(), expected, strict=True):
         torch.testing.assert_close(p.grad, e, atol=1e-6, rtol=1e-4)
 

@@ -10,31 +10,14 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import REPO
+from conftest import REPO, SEG_PARAMS
 
 import dpmed.seg.train as seg_train
 from dpmed.data.stage import preprocess, synthesize
 from dpmed.seg.data import load_seg_data
 from dpmed.seg.train import CHECKPOINT, train_seg
 
-PARAMS = dict(
-    epochs=2,
-    batch_size=8,
-    lr=0.003,
-    optimizer="adam",
-    clip_norm=1.0,
-    delta=1e-5,
-    accountant="rdp",
-    grad_sample_mode="auto",
-    autos_gamma=0.01,
-    r=0.1,
-    quantiles=[20, 85],
-    attack_calibration=0.5,
-    width=8,
-    depth=3,
-    deep_supervision=True,
-    dice_weight=1.0,
-)
+PARAMS = SEG_PARAMS
 
 
 def wildcards(**kw: str) -> dict[str, str]:

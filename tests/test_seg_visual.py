@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import REPO
+from conftest import REPO, SEG_PARAMS
 
 from dpmed.data.stage import preprocess, synthesize
 from dpmed.report.seg_visual import (
@@ -25,24 +25,7 @@ from dpmed.report.seg_visual import (
 from dpmed.seg.morphology import parse_morph
 from dpmed.seg.train import train_seg
 
-PARAMS = dict(
-    epochs=1,
-    batch_size=8,
-    lr=0.003,
-    optimizer="adam",
-    clip_norm=1.0,
-    delta=1e-5,
-    accountant="rdp",
-    grad_sample_mode="auto",
-    autos_gamma=0.01,
-    r=0.1,
-    quantiles=[20, 85],
-    attack_calibration=0.5,
-    width=4,
-    depth=2,
-    deep_supervision=True,
-    dice_weight=1.0,
-)
+PARAMS = SEG_PARAMS | {"epochs": 1, "width": 4, "depth": 2}
 # (dataset, model, clip, morph, eps): a non-private and a private Duke run sharing a fixed
 # morphology, and a COVID CT run without morphology.
 RUNS = (
