@@ -18,9 +18,9 @@ import time
 import numpy as np
 import torch
 
-from dpmed.federated.aggregation import gaussian_noise
-from dpmed.federated.collaborator import state_to_numpy
-from dpmed.federated.server import Server, ServerConfig
+from dpmed.fets.aggregation import gaussian_noise
+from dpmed.fets.collaborator import state_to_numpy
+from dpmed.fets.server import Server, ServerConfig
 from dpmed.models.resunet3d import ResUNet3d, count_parameters
 
 SETTINGS = [

@@ -1,7 +1,7 @@
 """Per-step time of XCal-FL's local training: non-private vs static DP-SGD vs XCal-FL.
 
 For each model and method, one `Client` (the production code path of
-`dpmed.federated.xcal_client`) holds `--batch`·`--steps` random images of `--channels`×`--size`²
+`dpmed.xcal.client`) holds `--batch`·`--steps` random images of `--channels`×`--size`²
 and trains rounds of Poisson-sampled steps of expected batch `--batch`; the median over `--reps`
 rounds (methods interleaved, after one warm-up round) of the mean seconds per step and the
 ratios are printed side by side. XCal's extra cost is the Grad-CAM pass (forward + backward to
@@ -19,10 +19,10 @@ import warnings
 
 import torch
 
-from dpmed.federated.xcal_client import Client, method_spec
 from dpmed.models.classifiers import GRAD_SAMPLE_MODE, MODELS, build_classifier, gradcam_layer
-from dpmed.privacy.dpsgd_clf import wrap
 from dpmed.runtime import select_device
+from dpmed.xcal.client import Client, method_spec
+from dpmed.xcal.dpsgd import wrap
 
 METHODS = ("nondp", "static", "xcal")
 

@@ -9,7 +9,7 @@ the sweep/quantile cells, the analyses (Figs. 6, 7, 9–12, privacy tables) ever
 """
 
 from dpmed.config.grid import STUDIES, job_seed
-from dpmed.seg.outputs import FIGURES as SEG_FIGURES, RUN_FILES as SEG_RUN_FILES, is_paper_cell
+from dpmed.seg.spec import FIGURES as SEG_FIGURES, RUN_FILES as SEG_RUN_FILES, is_paper_cell
 
 SEG_PATH = STUDIES["seg"].path
 SEG_JOBS = GRID.jobs("seg")

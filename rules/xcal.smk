@@ -7,8 +7,8 @@ only the cells the grid ran.
 """
 
 from dpmed.config.grid import job_seed
-from dpmed.report.xcal import FIGURES as XCAL_FIGURES
-from dpmed.report.xcal import TABLES as XCAL_TABLES, MEASURED_TABLES as XCAL_MEASURED
+from dpmed.xcal.report import FIGURES as XCAL_FIGURES
+from dpmed.xcal.report import TABLES as XCAL_TABLES, MEASURED_TABLES as XCAL_MEASURED
 
 XCAL_PATH = "results/xcal/{dataset}/{model}/{method}/{shift}/c{clients}/eps{eps}/seed{seed}"
 XCAL_RUN_FILES = ("rounds.csv", "metrics.json", "privacy.json", "road.json", "gradcam.npz")

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpmed.federated import aggregation as agg
-from dpmed.federated.fets_adapter import fets_dp_simagg
-from dpmed.federated.server import Server, ServerConfig
+from dpmed.fets import aggregation as agg
+from dpmed.fets.openfl_adapter import fets_dp_simagg
+from dpmed.fets.server import Server, ServerConfig
 from dpmed.seeding import stable_seed
 
 

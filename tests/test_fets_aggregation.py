@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from dpmed.federated import aggregation as agg
-from dpmed.federated.server import Server, ServerConfig
+from dpmed.fets import aggregation as agg
+from dpmed.fets.server import Server, ServerConfig
 from dpmed.privacy.mechanisms import analytic_sigma
 
 

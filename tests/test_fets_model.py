@@ -7,7 +7,7 @@ import pytest
 import torch
 from opacus.validators import ModuleValidator
 
-from dpmed.federated.patches import ClassIndex, predict_volume, sample_patch, to_classes
+from dpmed.fets.patches import ClassIndex, predict_volume, sample_patch, to_classes
 from dpmed.models.resunet3d import ResUNet3d, count_parameters
 
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpmed.federated.selection import per_round, schedule, selection_frame
+from dpmed.fets.selection import per_round, schedule, selection_frame
 
 IDS = list(range(1, 34))
 

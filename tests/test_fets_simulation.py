@@ -11,8 +11,8 @@ import pytest
 
 from dpmed.data import fets
 from dpmed.data.synthetic import fets as synthetic_fets
-from dpmed.federated import simulation
-from dpmed.federated.metrics import subject_scores
+from dpmed.fets import run as simulation
+from dpmed.fets.brats import subject_scores
 from dpmed.runtime import load_checkpoint
 
 PARAMS = {

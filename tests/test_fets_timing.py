@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpmed.federated.timing import (
+from dpmed.fets.timing import (
     MAX_SIMULATION_TIME,
     ConvergenceScore,
     TimeProfile,

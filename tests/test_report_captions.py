@@ -94,7 +94,7 @@ def render(path: Path, snakemake: SimpleNamespace) -> str:
 
 def test_caption_parser_reads_every_form() -> None:
     text = textwrap.dedent("""
-        from dpmed.report.xcal import FIGURES as XCAL_FIGURES
+        from dpmed.xcal.report import FIGURES as XCAL_FIGURES
         def reported(stem, exts, caption, category, subcategory):
         rule a:
             output:
@@ -108,7 +108,7 @@ def test_caption_parser_reads_every_form() -> None:
                 [f for name in XCAL_FIGURES for f in reported(
                     f"results/figures/{name}", FIG, f"{name}_figure", CAT, G[name])],
     """)
-    from dpmed.report.xcal import FIGURES
+    from dpmed.xcal.report import FIGURES
 
     assert captions_of(text) == ["plain", "multi_line", *(f"{n}_figure" for n in FIGURES)]
 

@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 from matplotlib.container import BarContainer
 
-import dpmed.report.seg_adaptive as seg_adaptive
-from dpmed.report.seg_ablation import lr_clip_figure, quantile_table
-from dpmed.report.seg_adaptive import OPERATION_COLOR, adaptive_figure, layer_figure
+import dpmed.seg.report.adaptive as seg_adaptive
 from dpmed.report.style import write_table
 from dpmed.seg.morph_log import MORPH_COLUMNS
+from dpmed.seg.report.ablation import lr_clip_figure, quantile_table
+from dpmed.seg.report.adaptive import OPERATION_COLOR, adaptive_figure, layer_figure
 
 
 def _run_dir(root, dataset, model, clip, morph, eps, seed):

@@ -18,10 +18,10 @@ from torch.utils.data import TensorDataset
 from dpmed.models import build_model
 from dpmed.privacy.clipping import PRIVATE_RULES, ClipRule
 from dpmed.privacy.dpsgd import ScaledPrivacyEngine
-from dpmed.report.seg_alignment import alignment_figure
 from dpmed.seg.alignment import ALIGNMENT_COLUMNS
 from dpmed.seg.losses import per_sample_loss
-from dpmed.seg.train import train_seg
+from dpmed.seg.report.alignment import alignment_figure
+from dpmed.seg.run import train_seg
 
 
 @pytest.fixture(autouse=True)

@@ -15,14 +15,14 @@ from scipy.stats import mannwhitneyu
 from dpmed.io import write_json, write_npz
 from dpmed.metrics import membership as mi
 from dpmed.models import build_model
-from dpmed.report.seg_attack import attack_report
 from dpmed.seg.attack import run_attack
 from dpmed.seg.data import load_seg_data
 from dpmed.seg.evaluate import morph_output
 from dpmed.seg.inference import load_run_model
 from dpmed.seg.losses import per_sample_loss
 from dpmed.seg.morphology import parse_morph
-from dpmed.seg.train import train_seg
+from dpmed.seg.report.attack import attack_report
+from dpmed.seg.run import train_seg
 
 # Hand-made example (scores = −loss). Members M = [4, 3, 3, 1], non-members N = [3, 2, 0, 0].
 M, N = [4.0, 3.0, 3.0, 1.0], [3.0, 2.0, 0.0, 0.0]

@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from dpmed.report.seg import (
+from dpmed.seg.report.main import (
     clipping_figure,
     collect_runs,
     main_table,
@@ -116,7 +116,7 @@ def test_figures_are_byte_identical_on_rerun(runs, tmp_path):
 
 
 def test_figure_morph_bar_is_the_fixed_variant_best_on_validation(runs):
-    from dpmed.report.seg import _cell_means, best_fixed
+    from dpmed.seg.report.main import _cell_means, best_fixed
 
     cells = _cell_means(collect_runs(runs))
     chosen = best_fixed(cells[(cells["model"] == "unet") & (cells["clip"] == "flat")])

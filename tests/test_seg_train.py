@@ -12,10 +12,10 @@ import torch
 import yaml
 from conftest import REPO, SEG_PARAMS
 
-import dpmed.seg.train as seg_train
+import dpmed.seg.run as seg_train
 from dpmed.data.stage import preprocess, synthesize
 from dpmed.seg.data import load_seg_data
-from dpmed.seg.train import CHECKPOINT, train_seg
+from dpmed.seg.run import CHECKPOINT, train_seg
 
 PARAMS = SEG_PARAMS
 

@@ -13,7 +13,8 @@ import yaml
 from conftest import REPO, SEG_PARAMS
 
 from dpmed.data.stage import preprocess, synthesize
-from dpmed.report.seg_visual import (
+from dpmed.seg.morphology import parse_morph
+from dpmed.seg.report.visual import (
     example_index,
     examples_figure,
     morph_effect_figure,
@@ -22,8 +23,7 @@ from dpmed.report.seg_visual import (
     select_visual_runs,
     visual_figure,
 )
-from dpmed.seg.morphology import parse_morph
-from dpmed.seg.train import train_seg
+from dpmed.seg.run import train_seg
 
 PARAMS = SEG_PARAMS | {"epochs": 1, "width": 4, "depth": 2}
 # (dataset, model, clip, morph, eps): a non-private and a private Duke run sharing a fixed

@@ -11,7 +11,7 @@ from conftest import REPO, SMOKE_CONFIG
 
 from dpmed.config.checks import check_config
 from dpmed.config.wildcards import clip_overrides, clip_rule, parse_eps
-from dpmed.seg.outputs import RUN_FILES, is_paper_cell
+from dpmed.seg.spec import RUN_FILES, is_paper_cell
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,8 @@ from torch import nn
 
 from dpmed.explain.gradcam import grad_cam, normalise
 from dpmed.explain.road import impute, removal_mask, road
-from dpmed.federated.xcal_signal import combine, components, sigma_from_signal, top_q_mask
-from dpmed.privacy.dpsgd_clf import clipped_grad_sum, wrap
+from dpmed.xcal.dpsgd import clipped_grad_sum, wrap
+from dpmed.xcal.signal import combine, components, sigma_from_signal, top_q_mask
 
 
 class TinyCNN(nn.Module):

@@ -12,9 +12,9 @@ import torch
 
 from dpmed.data.partition import apply_brightness, dirichlet_counts
 from dpmed.data.stage import preprocess, synthesize
-from dpmed.federated import xcal as xcal_module
-from dpmed.federated.xcal import fedavg, partition, run_xcal
-from dpmed.federated.xcal_client import ClientUpdate
+from dpmed.xcal import run as xcal_module
+from dpmed.xcal.client import ClientUpdate
+from dpmed.xcal.run import fedavg, partition, run_xcal
 
 PARAMS = {
     "rounds": 2,

@@ -15,7 +15,7 @@ from dpmed.models.classifiers import (
     feature_sizes,
     gradcam_layer,
 )
-from dpmed.privacy.dpsgd_clf import wrap
+from dpmed.xcal.dpsgd import wrap
 
 
 @pytest.mark.parametrize("name", MODELS)

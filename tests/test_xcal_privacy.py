@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from opacus.accountants import RDPAccountant
 from torch import nn
 
-from dpmed.federated.xcal_agp import channel_noise_std
 from dpmed.privacy.accounting import noise_multiplier
 from dpmed.privacy.adaptive import ORDERS, RdpLedger, RenyiFilter
-from dpmed.privacy.dpsgd_clf import clipped_grad_sum, noisy_step, trainable, wrap
+from dpmed.xcal.agp import channel_noise_std
+from dpmed.xcal.dpsgd import clipped_grad_sum, noisy_step, trainable, wrap
 
 
 @pytest.mark.parametrize(("sigma", "q", "steps"), [(1.1, 0.01, 300), (0.8, 0.1, 40), (3.0, 1.0, 5)])

@@ -12,7 +12,7 @@ from conftest import REPO, SMOKE_CONFIG
 
 from dpmed.config.checks import check_config
 from dpmed.config.wildcards import parse_eps
-from dpmed.report.xcal import FIGURES, TABLES
+from dpmed.xcal.report import FIGURES, TABLES
 
 pytestmark = pytest.mark.slow
 

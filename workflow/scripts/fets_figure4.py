@@ -1,7 +1,7 @@
 """Rule fets_figure4: Dice and projected convergence score per round (paper 000, Fig. 4)."""
 
+from dpmed.fets.report import figure4
 from dpmed.logs import log_to
-from dpmed.report.fets import figure4
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 with log_to(smk.log[0]):

@@ -1,7 +1,7 @@
 """Rule fets_tables: Table II (+ baselines), measured resources, per-round privacy."""
 
+from dpmed.fets.report import write_tables
 from dpmed.logs import log_to
-from dpmed.report.fets import write_tables
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 with log_to(smk.log[0]):

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from dpmed.federated.simulation import run
+from dpmed.fets.run import run
 from dpmed.logs import log_to
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)

@@ -2,7 +2,7 @@
 mechanism, adjacency, sampling, accountant, ε, δ and guarantee (issue 7)."""
 
 from dpmed.logs import log_to
-from dpmed.report.privacy import privacy_summary
+from dpmed.report.privacy_summary import privacy_summary
 from dpmed.report.style import write_table
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)

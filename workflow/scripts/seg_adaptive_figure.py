@@ -1,7 +1,7 @@
 """Rule seg_adaptive_figure: paper 002 Fig. 11 (adaptive v1–v3 vs fixed vs no morphology)."""
 
 from dpmed.logs import log_to
-from dpmed.report.seg_adaptive import adaptive_figure
+from dpmed.seg.report.adaptive import adaptive_figure
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 with log_to(smk.log[0]):

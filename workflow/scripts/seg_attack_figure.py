@@ -1,7 +1,7 @@
-"""Rule seg_attack_figure: paper 002 Fig. 9 and its table (dpmed.report.seg_attack)."""
+"""Rule seg_attack_figure: paper 002 Fig. 9 and its table (dpmed.seg.report.attack)."""
 
 from dpmed.logs import log_to
-from dpmed.report.seg_attack import attack_report
+from dpmed.seg.report.attack import attack_report
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 with log_to(smk.log[0]):

@@ -2,7 +2,7 @@
 dataset)."""
 
 from dpmed.logs import log_to
-from dpmed.report.seg_visual import examples_figure
+from dpmed.seg.report.visual import examples_figure
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 with log_to(smk.log[0]):

@@ -1,7 +1,7 @@
 """Rule seg_clipping_figure: paper 002 Figs. 3–5 (clipping × morphology per dataset/model)."""
 
 from dpmed.logs import log_to
-from dpmed.report.seg import clipping_figure
+from dpmed.seg.report.main import clipping_figure
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 with log_to(smk.log[0]):

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from dpmed.logs import log_to
-from dpmed.report.seg_adaptive import layer_figure
+from dpmed.seg.report.adaptive import layer_figure
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 with log_to(smk.log[0]):

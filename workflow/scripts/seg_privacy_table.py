@@ -2,8 +2,8 @@
 beside the paper's recipe per private seg configuration (REFERENCE.md §4 items 6–7)."""
 
 from dpmed.logs import log_to
-from dpmed.report.privacy import seg_privacy_table
 from dpmed.report.style import write_table
+from dpmed.seg.report.privacy import seg_privacy_table
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 with log_to(smk.log[0]):

@@ -1,8 +1,8 @@
 """Rule seg_quantile_table: paper 002 Table 2 (Δ val Dice of adaptive quantile thresholds)."""
 
 from dpmed.logs import log_to
-from dpmed.report.seg_ablation import quantile_table
 from dpmed.report.style import write_table
+from dpmed.seg.report.ablation import quantile_table
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 with log_to(smk.log[0]):

@@ -2,8 +2,8 @@
 clipping-rule registry of dpmed.privacy.clipping)."""
 
 from dpmed.logs import log_to
-from dpmed.report.privacy import clip_rule_table
 from dpmed.report.style import write_table
+from dpmed.seg.report.privacy import clip_rule_table
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 with log_to(smk.log[0]):

@@ -1,9 +1,9 @@
-"""Rule seg_train: train one seg cell and write its outputs (dpmed.seg.train.train_seg)."""
+"""Rule seg_train: train one seg cell and write its outputs (dpmed.seg.run.train_seg)."""
 
 from pathlib import Path
 
 from dpmed.logs import log_to
-from dpmed.seg.train import train_seg
+from dpmed.seg.run import train_seg
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 with log_to(smk.log[0]):

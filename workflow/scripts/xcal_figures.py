@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from dpmed.logs import log_to
-from dpmed.report.xcal import write_figures
+from dpmed.xcal.report import write_figures
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 with log_to(smk.log[0]):

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from dpmed.federated.xcal import run_xcal
 from dpmed.logs import log_to
+from dpmed.xcal.run import run_xcal
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 with log_to(smk.log[0]):

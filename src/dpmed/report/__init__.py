@@ -1,1 +1,1 @@
-"""Tables and figures of the studies, written deterministically."""
+"""Shared reporting: figure/table style, the data overview and the privacy summary."""

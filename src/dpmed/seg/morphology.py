@@ -12,7 +12,7 @@ Adaptive DP-Morph (paper 002 §3.2), on the retinal classes R = {1..7} of Duke:
   v1 opening / v2 both / v3 closing; otherwise intermediate → both. Other classes unchanged.
 Scope "batch" (the paper): thresholds over the whole batch and t̄_c = batch mean, so one
 image's operation depends on the other images of the batch (a coupling across samples, see
-`dpmed.seg.train` for its privacy label). Scope "sample": the same rule with each image's own
+`dpmed.seg.run` for its privacy label). Scope "sample": the same rule with each image's own
 seven thicknesses (quantiles over R, t̄_c = t_{b,c}), no coupling. Kernel 3×3 for adaptive.
 """
 

@@ -1,6 +1,6 @@
 """DP-SimAgg as a FeTS 2022 challenge (Task 1) / OpenFL custom aggregation function.
 
-    from dpmed.federated.fets_adapter import fets_dp_simagg
+    from dpmed.fets.openfl_adapter import fets_dp_simagg
     aggregation_function = fets_dp_simagg(epsilon0=1.0, delta0=1e-5, clip_norm=100.0,
                                           mode="paper")   # or mode="sound"
     run_challenge_experiment(aggregation_function=aggregation_function, ...)
@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from dpmed.federated import aggregation as agg
-from dpmed.federated.server import Server, ServerConfig
+from dpmed.fets import aggregation as agg
+from dpmed.fets.server import Server, ServerConfig
 from dpmed.seeding import stable_seed
 
 AggregationFunction = Callable[..., np.ndarray]

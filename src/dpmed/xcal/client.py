@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from dpmed.federated import xcal_agp, xcal_signal
 from dpmed.privacy.accounting import noise_multiplier
 from dpmed.privacy.adaptive import RdpLedger, RenyiFilter
-from dpmed.privacy.dpsgd_clf import clipped_grad_sum, noisy_step, plain_step, trainable
+from dpmed.xcal import agp as xcal_agp
+from dpmed.xcal import signal as xcal_signal
+from dpmed.xcal.dpsgd import clipped_grad_sum, noisy_step, plain_step, trainable
 
 
 @dataclass(frozen=True)

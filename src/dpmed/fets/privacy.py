@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from dpmed.federated.server import RoundMechanisms, ServerConfig
+from dpmed.fets.server import RoundMechanisms, ServerConfig
 from dpmed.privacy.mechanisms import rdp_epsilon
 from dpmed.privacy.record import PrivacyRecord
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpmed.federated.xcal_client import Client, MethodSpec
 from dpmed.privacy.adaptive import epsilon_of
 from dpmed.privacy.record import PrivacyRecord
+from dpmed.xcal.client import Client, MethodSpec
 
 POISSON_REASON = (
     "Poisson sampling at rate q = 1/ceil(n/B) per step replaces the paper's fixed-size batches, "

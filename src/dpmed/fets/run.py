@@ -30,11 +30,12 @@ import torch
 
 from dpmed.config.wildcards import parse_eps
 from dpmed.data import fets
-from dpmed.federated import ledger, selection, timing
-from dpmed.federated.collaborator import Collaborator, LocalTraining, state_to_numpy
-from dpmed.federated.metrics import DICE_KEYS, LABEL_VALUES
-from dpmed.federated.resources import ResourceMeter, Totals
-from dpmed.federated.server import Server, ServerConfig
+from dpmed.fets import privacy as ledger
+from dpmed.fets import selection, timing
+from dpmed.fets.brats import DICE_KEYS, LABEL_VALUES
+from dpmed.fets.collaborator import Collaborator, LocalTraining, state_to_numpy
+from dpmed.fets.resources import ResourceMeter, Totals
+from dpmed.fets.server import Server, ServerConfig
 from dpmed.io import write_csv, write_json
 from dpmed.models.resunet3d import ResUNet3d, count_parameters
 from dpmed.runtime import Progress, load_checkpoint, save_checkpoint, seed_everything, select_device

@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from dpmed.data.fets import load_subject
-from dpmed.federated.metrics import subject_scores
-from dpmed.federated.patches import LABEL_VALUES, ClassIndex, predict_volume, sample_patch
+from dpmed.fets.brats import subject_scores
+from dpmed.fets.patches import LABEL_VALUES, ClassIndex, predict_volume, sample_patch
 
 
 @dataclass(frozen=True)

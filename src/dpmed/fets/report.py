@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 
 from dpmed.config.wildcards import parse_eps
-from dpmed.federated import selection
-from dpmed.federated.ledger import COLUMNS as PRIVACY_COLUMNS
-from dpmed.federated.metrics import DICE_KEYS
+from dpmed.fets import selection
+from dpmed.fets.brats import DICE_KEYS
+from dpmed.fets.privacy import COLUMNS as PRIVACY_COLUMNS
 from dpmed.report.style import save_figure, write_table
 
 NAMES = {"fedavg": "FedAvg", "simagg": "SimAgg", "dp_simagg": "DP-SimAgg", "dp_fedavg": "DP-FedAvg"}
@@ -133,7 +133,7 @@ def figure3(
 ) -> None:
     """Fig. 3: chosen collaborators per round for static, randomized and sliding window, over
     max(rounds, 3 cycles) rounds so the fresh permutation of each cycle shows. All three are
-    scheduled by `dpmed.federated.selection` with the run's K, ρ and seed; the run's own
+    scheduled by `dpmed.fets.selection` with the run's K, ρ and seed; the run's own
     selection log must equal the first `rounds` rounds of its strategy (checked)."""
     ids = sorted(int(i) for i in ids)
     row_of = {c: i for i, c in enumerate(ids)}

@@ -16,14 +16,14 @@ from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 
 from dpmed.privacy.clipping import PRIVATE_RULES, RULE_INFO, RULES, SYMBOLS, ClipRule
 from dpmed.privacy.record import PrivacyRecord
-from dpmed.report.privacy import (
+from dpmed.report.privacy_summary import privacy_summary
+from dpmed.report.style import write_table
+from dpmed.seg.report.privacy import (
     INFNET_STEPS_PER_BATCH,
     NOT_DP,
     clip_rule_table,
-    privacy_summary,
     seg_privacy_table,
 )
-from dpmed.report.style import write_table
 
 C, GAMMA, R = 0.7, 0.03, 0.2
 HAND = {

@@ -1,26 +1,19 @@
-"""Privacy tables from the code's registry and the runs' privacy.json (DESIGN principle 2).
-
-- `clip_rule_table`: paper 002 Table 1, generated from `dpmed.privacy.clipping.RULE_INFO`;
-- `seg_privacy_table`: each private seg configuration's σ, noise std σ·C, q, steps and ε (RDP
-  and PRV) of the sound recipe, beside the paper's recipe recomputed for the same run
-  (REFERENCE.md §4 items 6–7);
-- `privacy_summary`: every DP run of all three studies with its mechanism, adjacency, sampling,
-  accountant, ε, δ, guarantee and reasons (issue 7).
-"""
+"""seg privacy tables: paper 002 Table 1 from the clip-rule registry, and each private
+configuration's sound recipe beside the paper's recipe recomputed for the same run."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
 
-from dpmed.config.grid import STUDIES, wildcards_from_path
+from dpmed.config.grid import wildcards_from_path
 from dpmed.privacy import accounting
 from dpmed.privacy.clipping import RULE_INFO, RULES, ClipRule
-from dpmed.report.seg import MODEL_LABEL, morph_kind
+from dpmed.report.privacy_summary import load_records
+from dpmed.seg.report.main import MODEL_LABEL, morph_kind
 
 # Inf-Net (paper 002 code, REFERENCE.md §4 item 6) took several DP steps per sampled batch: its
 # public training loop (Inf-Net's MyTrain_LungInf.py) rescales each batch to size_rates
@@ -33,10 +26,6 @@ SEG_COLUMNS = (
     "clip", "morph", "datasets", "models", "n_runs", "clip_norm", "sigma", "noise_std", "q",
     "steps", "delta", "target_epsilon", "eps_rdp", "eps_prv", "guarantee", "reasons",
     "paper_noise_multiplier", "paper_steps", "paper_eps_rdp", "paper_guarantee", "paper_reasons",
-)  # fmt: skip
-SUMMARY_COLUMNS = (
-    "study", "run", "mechanism", "adjacency", "sampling", "accountant", "epsilon", "delta",
-    "target_epsilon", "noise_multipliers", "sample_rate", "steps", "guarantee", "reasons",
 )  # fmt: skip
 NOT_DP = "not DP"
 PAPER_REASONS = {
@@ -80,11 +69,6 @@ def clip_rule_table(gamma: float | None = None, r: float | None = None) -> pd.Da
             }
         )
     return pd.DataFrame(rows)
-
-
-def load_records(paths: Iterable[str | Path]) -> list[tuple[Path, dict]]:
-    """(path, privacy.json content) per file, in the given order."""
-    return [(Path(p), json.loads(Path(p).read_text())) for p in paths]
 
 
 def _morph_label(morph: str) -> str:
@@ -176,51 +160,6 @@ def seg_privacy_table(privacy_paths: Iterable[str | Path]) -> pd.DataFrame:
     rest = [k for k in keys if k not in ("clip", "morph")]
     table = table.sort_values(["clip_rank", "morph_rank", "datasets", "models", *rest])
     return table[list(SEG_COLUMNS)].reset_index(drop=True)
-
-
-def privacy_summary(privacy_paths: Iterable[str | Path]) -> pd.DataFrame:
-    """Every DP run (guarantee ≠ none) of any study, sorted by study and run folder; one
-    eps_<accountant> column per accountant any run reports (NaN where a run lacks it)."""
-    rows = []
-    for path, rec in load_records(privacy_paths):
-        if rec["guarantee"] == "none":
-            continue
-        study, run = _run_of(path)
-        row = {
-            "study": study,
-            "run": run,
-            "mechanism": rec["mechanism"],
-            "adjacency": rec["adjacency"],
-            "sampling": rec["sampling"],
-            "accountant": rec["accountant"],
-            "epsilon": rec["epsilon"],
-            "delta": rec["delta"],
-            "target_epsilon": rec["target_epsilon"],
-            "noise_multipliers": "; ".join(f"{s:.6g}" for s in rec["noise_multipliers"]),
-            "sample_rate": rec["sample_rate"],
-            "steps": rec["steps"],
-            "guarantee": rec["guarantee"],
-            "reasons": "; ".join(rec["reasons"]),
-        }
-        row.update({f"eps_{k}": v for k, v in rec["epsilon_by_accountant"].items()})
-        rows.append(row)
-    if not rows:
-        raise ValueError("no DP run among the given privacy.json files")
-    frame = pd.DataFrame(rows)
-    accountants = sorted(c for c in frame.columns if c not in SUMMARY_COLUMNS)
-    columns = [*SUMMARY_COLUMNS, *accountants]
-    return frame[columns].sort_values(["study", "run"]).reset_index(drop=True)
-
-
-def _run_of(path: Path) -> tuple[str, str]:
-    """(study, run folder relative to results/) of a file inside a run folder."""
-    for study, spec in STUDIES.items():
-        try:
-            wc = wildcards_from_path(study, path)
-        except ValueError:
-            continue
-        return study, spec.path.format(**wc).removeprefix("results/")
-    raise ValueError(f"{path} is not inside a run folder of any study")
 
 
 def _joined(values: Iterable[str]) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpmed.federated import aggregation as agg
+from dpmed.fets import aggregation as agg
 from dpmed.privacy import mechanisms
 from dpmed.seeding import stable_seed
 

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from dpmed.report.style import save_figure, write_table
-from dpmed.seg.outputs import FIGURES
+from dpmed.seg.spec import FIGURES
 
 DATASET_LABEL = {"duke": "Duke", "umn": "UMN", "covidct": "COVID-19 lung CT"}
 MODELS = ("unetpp", "unet", "lfunet", "infnet")

@@ -30,14 +30,14 @@ from dpmed.data.partition import (
     partition_iid,
     partition_label_shift,
 )
-from dpmed.federated import xcal_eval
-from dpmed.federated.xcal_client import Client, ClientUpdate, MethodSpec, method_spec
-from dpmed.federated.xcal_privacy import privacy_record
 from dpmed.io import write_csv, write_json, write_npz
 from dpmed.models.classifiers import GRAD_SAMPLE_MODE, build_classifier, gradcam_layer
-from dpmed.privacy.dpsgd_clf import wrap
 from dpmed.runtime import Progress, load_checkpoint, save_checkpoint, seed_everything, select_device
 from dpmed.seeding import stable_seed
+from dpmed.xcal import evaluate as xcal_eval
+from dpmed.xcal.client import Client, ClientUpdate, MethodSpec, method_spec
+from dpmed.xcal.dpsgd import wrap
+from dpmed.xcal.privacy import privacy_record
 
 N_GRADCAM_EXAMPLES = 4
 

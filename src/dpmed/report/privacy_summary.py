@@ -1,0 +1,67 @@
+"""The cross-study privacy summary: every DP run of the three studies with its mechanism,
+adjacency, sampling, accountant, ε, δ, guarantee and reasons, read from the runs' privacy.json."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from dpmed.config.grid import STUDIES, wildcards_from_path
+
+SUMMARY_COLUMNS = (
+    "study", "run", "mechanism", "adjacency", "sampling", "accountant", "epsilon", "delta",
+    "target_epsilon", "noise_multipliers", "sample_rate", "steps", "guarantee", "reasons",
+)  # fmt: skip
+
+
+def load_records(paths: Iterable[str | Path]) -> list[tuple[Path, dict]]:
+    """(path, privacy.json content) per file, in the given order."""
+    return [(Path(p), json.loads(Path(p).read_text())) for p in paths]
+
+
+def privacy_summary(privacy_paths: Iterable[str | Path]) -> pd.DataFrame:
+    """Every DP run (guarantee ≠ none) of any study, sorted by study and run folder; one
+    eps_<accountant> column per accountant any run reports (NaN where a run lacks it)."""
+    rows = []
+    for path, rec in load_records(privacy_paths):
+        if rec["guarantee"] == "none":
+            continue
+        study, run = _run_of(path)
+        row = {
+            "study": study,
+            "run": run,
+            "mechanism": rec["mechanism"],
+            "adjacency": rec["adjacency"],
+            "sampling": rec["sampling"],
+            "accountant": rec["accountant"],
+            "epsilon": rec["epsilon"],
+            "delta": rec["delta"],
+            "target_epsilon": rec["target_epsilon"],
+            "noise_multipliers": "; ".join(f"{s:.6g}" for s in rec["noise_multipliers"]),
+            "sample_rate": rec["sample_rate"],
+            "steps": rec["steps"],
+            "guarantee": rec["guarantee"],
+            "reasons": "; ".join(rec["reasons"]),
+        }
+        row.update({f"eps_{k}": v for k, v in rec["epsilon_by_accountant"].items()})
+        rows.append(row)
+    if not rows:
+        raise ValueError("no DP run among the given privacy.json files")
+    frame = pd.DataFrame(rows)
+    accountants = sorted(c for c in frame.columns if c not in SUMMARY_COLUMNS)
+    columns = [*SUMMARY_COLUMNS, *accountants]
+    return frame[columns].sort_values(["study", "run"]).reset_index(drop=True)
+
+
+def _run_of(path: Path) -> tuple[str, str]:
+    """(study, run folder relative to results/) of a file inside a run folder."""
+    for study, spec in STUDIES.items():
+        try:
+            wc = wildcards_from_path(study, path)
+        except ValueError:
+            continue
+        return study, spec.path.format(**wc).removeprefix("results/")
+    raise ValueError(f"{path} is not inside a run folder of any study")

@@ -1,0 +1,1 @@
+"""xcal study (paper 001): XCal-FL, federated classification with Grad-CAM-calibrated DP."""
