@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import TensorDataset
 
-from dpmed.models import build_model
+from dpmed.models import build_model, model_arguments
 from dpmed.privacy.clipping import PRIVATE_RULES, ClipRule
 from dpmed.privacy.dpsgd import GRAD_SAMPLE_MODES, ScaledPrivacyEngine
 from dpmed.runtime import select_device
@@ -93,14 +93,9 @@ def run_cell(cell: dict) -> dict:
     device = select_device(cell["device"])
     torch.manual_seed(0)
     torch.set_num_threads(cell["threads"])
-    net = build_model(
-        cell["model"],
-        in_channels=1,
-        n_classes=cell["classes"],
-        width=cell["width"],
-        depth=cell["depth"],
-        deep_supervision=True,
-    ).to(device)
+    arguments = {"in_channels": 1, "n_classes": cell["classes"], "width": cell["width"],
+                 "depth": cell["depth"], "deep_supervision": True}  # fmt: skip
+    net = build_model(cell["model"], **model_arguments(cell["model"], arguments)).to(device)
     twin = copy.deepcopy(net)
     shape = (cell["batch"], 1, cell["size"], cell["size"])
     x = torch.randn(shape, device=device)

@@ -8,7 +8,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from dpmed.config.checks import check_config
-from dpmed.config.wildcards import WILDCARD_PATTERNS
+from dpmed.config.wildcards import wildcard_patterns
 
 
 GRID = check_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
@@ -26,7 +26,7 @@ STUDY_TARGETS = []
 
 
 wildcard_constraints:
-    **WILDCARD_PATTERNS,
+    **wildcard_patterns(),
 
 
 def raw_folder(dataset):

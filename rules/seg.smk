@@ -8,7 +8,8 @@ tables/figures (Table 3, Figs. 3–5, 8) its main cells, the ablation outputs (F
 the sweep/quantile cells, the analyses (Figs. 6, 7, 9–12, privacy tables) every cell.
 """
 
-from dpmed.config.grid import STUDIES, job_seed
+from dpmed.config.grid import job_seed
+from dpmed.studies import STUDIES
 from dpmed.seg.spec import FIGURES as SEG_FIGURES, RUN_FILES as SEG_RUN_FILES, is_paper_cell
 
 SEG_PATH = STUDIES["seg"].path

@@ -17,7 +17,7 @@ from snakemake_interface_common.exceptions import WorkflowError
 
 from dpmed.config.checks import check_config
 from dpmed.config.grid import job_seed, wildcards_from_path
-from dpmed.config.wildcards import EPS_PATTERN, WILDCARD_PATTERNS, format_eps, parse_eps
+from dpmed.config.wildcards import EPS_PATTERN, format_eps, parse_eps, wildcard_patterns
 from dpmed.data.registry import DATASETS
 from dpmed.errors import ConfigError
 
@@ -86,7 +86,7 @@ def test_every_job_path_matches_the_wildcard_constraints():
     for study in ("seg", "fets", "xcal"):
         for job in grid.jobs(study):
             for wildcard, value in job.wildcards:
-                assert re.fullmatch(WILDCARD_PATTERNS[wildcard], value), (wildcard, value)
+                assert re.fullmatch(wildcard_patterns()[wildcard], value), (wildcard, value)
 
 
 def test_block_params_override_defaults():

@@ -14,7 +14,7 @@ from scipy.stats import mannwhitneyu
 
 from dpmed.io import write_json, write_npz
 from dpmed.metrics import membership as mi
-from dpmed.models import build_model
+from dpmed.models import build_model, save_model
 from dpmed.seg.attack import run_attack
 from dpmed.seg.data import load_seg_data
 from dpmed.seg.evaluate import morph_output
@@ -189,9 +189,10 @@ def test_adaptive_batch_scope_is_scored_image_by_image(tmp_path):
     processed = _processed(tmp_path / "processed", 9)
     run = tmp_path / "run"
     torch.manual_seed(0)
-    net = build_model("unet", in_channels=1, n_classes=9, width=4, depth=2, deep_supervision=True)
+    arguments = {"in_channels": 1, "n_classes": 9, "width": 4, "depth": 2}
+    net = build_model("unet", **arguments)
     run.mkdir()
-    torch.save({"model": "unet", "n_classes": 9, "state_dict": net.state_dict()}, run / "model.pt")
+    save_model(run / "model.pt", "unet", arguments, net)
     wc = dict(dataset="duke", model="unet", clip="flat", morph="adaptive-v1", eps="50", seed="0")
     result = run_attack(processed, run, wc, HP, 0, "cpu", 1)
     assert result["scoring_batch_size"] == 1

@@ -7,7 +7,7 @@ import torch
 from opacus import GradSampleModule
 from opacus.validators import ModuleValidator
 
-from dpmed.models import REGISTRY, build_model
+from dpmed.models import MODELS, build_model, models_of_kind
 from dpmed.models.infnet import InfNet
 from dpmed.seg.losses import per_sample_loss
 
@@ -63,10 +63,15 @@ def test_per_sample_gradients_equal_a_per_sample_loop(name):
             torch.testing.assert_close(p.grad_sample[i], expected[i][j], atol=1e-5, rtol=1e-4)
 
 
+def test_misspelt_model_argument_is_an_error_naming_it():
+    with pytest.raises(TypeError, match="widht"):
+        build_model("unet", in_channels=1, n_classes=2, widht=8, depth=2)
+
+
 def test_unknown_model_is_named():
     with pytest.raises(ValueError, match="resnet50"):
         build_model("resnet50", in_channels=1, n_classes=2, width=4, depth=2)
-    assert set(SEG_MODELS) <= set(REGISTRY)
+    assert set(SEG_MODELS) == set(models_of_kind("seg2d")) <= set(MODELS)
 
 
 def test_infnet_loads_local_backbone_weights(tmp_path):

@@ -50,7 +50,7 @@ def test_non_private_unet_learns_beyond_all_background(duke, tmp_path):
     assert privacy["guarantee"] == "none" and privacy["epsilon"] is None
     assert not (tmp_path / CHECKPOINT).exists()
     state = torch.load(tmp_path / "model.pt", weights_only=False)
-    assert state["model"] == "unet" and state["n_classes"] == 9
+    assert state["model"] == "unet" and state["arguments"]["n_classes"] == 9
 
 
 def test_private_run_records_both_accountants_within_target(duke, tmp_path):

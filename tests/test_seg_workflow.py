@@ -10,8 +10,8 @@ import yaml
 from conftest import REPO, SMOKE_CONFIG
 
 from dpmed.config.checks import check_config
-from dpmed.config.wildcards import clip_overrides, clip_rule, parse_eps
-from dpmed.seg.spec import RUN_FILES, is_paper_cell
+from dpmed.config.wildcards import parse_eps
+from dpmed.seg.spec import RUN_FILES, clip_overrides, clip_rule, is_paper_cell
 
 pytestmark = pytest.mark.slow
 

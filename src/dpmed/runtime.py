@@ -1,10 +1,22 @@
-"""What every training job needs: device choice, determinism, checkpoints and progress lines."""
+"""What every training job needs: its context, device choice, determinism, a fingerprinted
+checkpoint to resume from, and progress lines.
+
+The three training runners (`dpmed.seg.run`, `dpmed.fets.run`, `dpmed.xcal.run`) share one
+shape: `run(job: JobContext)` reads the job, builds data and model, resumes from
+`job.checkpoint()` when its fingerprint matches, loops over epochs/rounds (one `Progress` line
+and one `Checkpoint.save` each), evaluates and writes its outputs atomically, then removes the
+checkpoint.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import sys
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -32,6 +44,119 @@ def seed_everything(seed: int, threads: int | None = None) -> None:
     torch.use_deterministic_algorithms(True, warn_only=torch.cuda.is_available())
     if threads is not None:
         torch.set_num_threads(max(1, threads))
+
+
+CHECKPOINT = "checkpoint.pt"
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """One training job as its rule states it.
+
+    Args:
+        processed_dir: the processed data folder the job reads.
+        out_dir: the job's run folder (outputs and checkpoint).
+        wildcards: the job's wildcards (study axes).
+        params: resolved hyperparameters (study defaults + block params).
+        seed: the job seed (stable hash of the wildcards).
+        device: `auto`, `cpu` or `cuda`.
+        threads: torch CPU threads (None: torch's default).
+    """
+
+    processed_dir: Path
+    out_dir: Path
+    wildcards: Mapping[str, str]
+    params: Mapping[str, Any]
+    seed: int
+    device: str = "auto"
+    threads: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def fingerprint(self) -> str:
+        """Stable hash of what defines the job: a checkpoint of another job is never resumed."""
+        return fingerprint(wildcards=self.wildcards, params=self.params, seed=self.seed)
+
+    def checkpoint(self) -> Checkpoint:
+        """The job's checkpoint file, tagged with its fingerprint."""
+        return Checkpoint(Path(self.out_dir) / CHECKPOINT, self.fingerprint())
+
+    def start(self) -> torch.device:
+        """Create the run folder, seed every RNG, pick the device."""
+        Path(self.out_dir).mkdir(parents=True, exist_ok=True)
+        seed_everything(self.seed, self.threads)
+        return select_device(self.device)
+
+
+def job_from_snakemake(smk: Any) -> JobContext:
+    """The JobContext of a training rule: `params.processed`, `params.hp`, `params.seed`,
+    `params.device`, the first output's folder and the rule's threads."""
+    return JobContext(
+        processed_dir=Path(smk.params.processed),
+        out_dir=Path(smk.output[0]).parent,
+        wildcards=dict(smk.wildcards.items()),
+        params=smk.params.hp,
+        seed=int(smk.params.seed),
+        device=smk.params.device,
+        threads=smk.threads,
+    )
+
+
+def fingerprint(**parts: Any) -> str:
+    """sha256 of the parts as key-sorted JSON."""
+    text = json.dumps({k: _plain(v) for k, v in parts.items()}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    return dict(value) if isinstance(value, Mapping) else value
+
+
+def rng_state() -> dict[str, Any]:
+    """The global RNG states (Python, NumPy, torch, CUDA) for a checkpoint."""
+    return {
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        "numpy_rng": np.random.get_state(),
+        "python_rng": random.getstate(),
+    }
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    """Restore what `rng_state` saved."""
+    torch.set_rng_state(state["torch_rng"])
+    if state["cuda_rng"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    np.random.set_state(state["numpy_rng"])
+    random.setstate(state["python_rng"])
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A job's resumable state: saved atomically after every epoch/round with the job's
+    fingerprint and the global RNG states, loaded only by the same job, removed at the end."""
+
+    path: Path
+    fingerprint: str
+
+    def load(self, device: torch.device | str = "cpu") -> dict[str, Any] | None:
+        """The saved state with the RNGs restored, or None (fresh run) when there is no
+        checkpoint or it belongs to another configuration (said on stdout)."""
+        state = load_checkpoint(self.path, device)
+        if state is None:
+            return None
+        if state.get("fingerprint") != self.fingerprint:
+            print(f"{self.path}: from another configuration, starting afresh", flush=True)
+            return None
+        set_rng_state(state["rng"])
+        return state
+
+    def save(self, state: Mapping[str, Any]) -> None:
+        """Save `state` plus the fingerprint and the global RNG states."""
+        save_checkpoint(self.path, {**state, "fingerprint": self.fingerprint, "rng": rng_state()})
+
+    def remove(self) -> None:
+        """Delete the checkpoint once the outputs exist."""
+        self.path.unlink(missing_ok=True)
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:

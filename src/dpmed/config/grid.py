@@ -1,10 +1,11 @@
 """Expand the studies' grid blocks into jobs (wildcards + hyperparameters).
 
-A block is the product of its lists; its `params` override the study `defaults`. A seg block
-may add `sweep: {clip_norm: [...], lr: [...]}` (paper 002 Fig. 2): each clip rule then becomes
-one job per (C, lr) with the clip wildcard `<rule>-C<C>-lr<lr>` and those two params. Invalid
-combinations (e.g. clip `none` with a finite ε) are dropped with a stated reason; a block that
-yields no job, or two blocks that give one job different hyperparameters, is a config error.
+A block is the product of its lists; its `params` override the study `defaults`. A block may
+add a `sweep` that the study's spec expands into several jobs per cell (seg: one per (C, lr)
+of paper 002 Fig. 2). Combinations the spec calls invalid (e.g. clip `none` with a finite ε)
+are dropped with its stated reason; a block that yields no job, or two blocks that give one job
+different hyperparameters, is a config error. Which axes, paths and validity rules a study has
+is its `StudySpec` (`dpmed.studies.STUDIES`).
 """
 
 from __future__ import annotations
@@ -12,108 +13,17 @@ from __future__ import annotations
 import copy
 import itertools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dpmed.config.wildcards import (
-    SWEEP_KEYS,
-    WILDCARD_PATTERNS,
-    clip_overrides,
-    clip_rule,
-    format_eps,
-    sweep_clip,
-)
+from dpmed.config.study import Wildcards
+from dpmed.config.wildcards import format_eps
 from dpmed.data.registry import DATASETS
 from dpmed.errors import ConfigError
 from dpmed.seeding import stable_seed
-
-
-def _seg_invalid(wc: Mapping[str, str]) -> str | None:
-    private = wc["eps"] != "inf"
-    if (clip_rule(wc["clip"]) == "none") == private:
-        return "clip 'none' pairs with eps inf, every other clip with a finite eps"
-    if wc["morph"].startswith("adaptive") and wc["dataset"] != "duke":
-        return "adaptive DP-Morph needs the multi-class retinal layers of duke"
-    return None
-
-
-def _fets_invalid(wc: Mapping[str, str]) -> str | None:
-    private = wc["eps"] != "inf"
-    dp_aggregator = wc["aggregator"].startswith("dp_")
-    if dp_aggregator != private:
-        return "dp_* aggregators need a finite eps, fedavg/simagg need eps inf"
-    if (wc["dpmode"] == "none") == dp_aggregator:
-        return "dpmode 'none' pairs with the non-private aggregators only"
-    if wc["aggregator"] == "dp_fedavg" and wc["dpmode"] != "sound":
-        return "dp_fedavg has only the sound mode"
-    return None
-
-
-def _xcal_invalid(wc: Mapping[str, str]) -> str | None:
-    private = wc["eps"] != "inf"
-    method = wc["method"]
-    if method == "nondp" and private:
-        return "nondp needs eps inf"
-    if method not in ("nondp", "centralized") and not private:
-        return f"{method} is a DP method and needs a finite eps"
-    if (method == "centralized") != (wc["clients"] == "1"):
-        return "centralized runs have clients 1, federated runs at least 2"
-    if method == "centralized" and wc["shift"] != "iid":
-        return "centralized runs pool the data: shift iid only"
-    return None
-
-
-@dataclass(frozen=True)
-class Study:
-    """How one study's blocks map to output folders.
-
-    `axes` pairs each block list key with its wildcard; `invalid` returns why a combination is
-    dropped (None if valid).
-    """
-
-    name: str
-    path: str
-    axes: tuple[tuple[str, str], ...]
-    invalid: Callable[[Mapping[str, str]], str | None]
-
-
-STUDIES: dict[str, Study] = {
-    "seg": Study(
-        "seg",
-        "results/seg/{dataset}/{model}/{clip}/{morph}/eps{eps}/seed{seed}",
-        (
-            ("datasets", "dataset"),
-            ("models", "model"),
-            ("clips", "clip"),
-            ("morphs", "morph"),
-            ("eps", "eps"),
-            ("seeds", "seed"),
-        ),
-        _seg_invalid,
-    ),
-    "fets": Study(
-        "fets",
-        "results/fets/{aggregator}/{dpmode}/eps{eps}/seed{seed}",
-        (("aggregators", "aggregator"), ("dpmodes", "dpmode"), ("eps", "eps"), ("seeds", "seed")),
-        _fets_invalid,
-    ),
-    "xcal": Study(
-        "xcal",
-        "results/xcal/{dataset}/{model}/{method}/{shift}/c{clients}/eps{eps}/seed{seed}",
-        (
-            ("datasets", "dataset"),
-            ("models", "model"),
-            ("methods", "method"),
-            ("shifts", "shift"),
-            ("clients", "clients"),
-            ("eps", "eps"),
-            ("seeds", "seed"),
-        ),
-        _xcal_invalid,
-    ),
-}
+from dpmed.studies import STUDIES
 
 
 @dataclass(frozen=True)
@@ -121,7 +31,7 @@ class Job:
     """One cell of a study grid: its wildcards, hyperparameters and the block it came from."""
 
     study: str
-    wildcards: tuple[tuple[str, str], ...]
+    wildcards: Wildcards
     params: Mapping[str, Any]
     block: str
 
@@ -148,24 +58,6 @@ def _merged(defaults: Mapping[str, Any], override: Mapping[str, Any]) -> dict[st
     return out
 
 
-def _swept(
-    wildcards: tuple[tuple[str, str], ...],
-    params: Mapping[str, Any],
-    sweep: Mapping[str, list[float]] | None,
-) -> list[tuple[tuple[tuple[str, str], ...], dict[str, Any]]]:
-    """The jobs of one grid combination: itself, or one per (clip_norm, lr) of a seg sweep."""
-    if not sweep:
-        return [(wildcards, dict(params))]
-    wc = dict(wildcards)
-    out = []
-    for values in itertools.product(*(sweep[k] for k in SWEEP_KEYS)):
-        cell = dict(zip(SWEEP_KEYS, values, strict=True))
-        clip = sweep_clip(wc["clip"], **cell)
-        job_params = _merged(params, {k: float(v) for k, v in cell.items()})
-        out.append((tuple((k, clip if k == "clip" else v) for k, v in wildcards), job_params))
-    return out
-
-
 def expand_study(config: Mapping[str, Any], study: str) -> list[Job]:
     """All valid jobs of `study`, in block order, without duplicates.
 
@@ -174,7 +66,7 @@ def expand_study(config: Mapping[str, Any], study: str) -> list[Job]:
     """
     spec = STUDIES[study]
     section = config[study]
-    jobs: dict[tuple[tuple[str, str], ...], Job] = {}
+    jobs: dict[Wildcards, Job] = {}
     for index, block in enumerate(section["grid"]):
         key = f"{study}.grid[{index}]"
         params = _merged(section["defaults"], block.get("params", {}))
@@ -185,10 +77,13 @@ def expand_study(config: Mapping[str, Any], study: str) -> list[Job]:
             combination = tuple(
                 (wc, _spell(wc, value)) for (_, wc), value in zip(spec.axes, combo, strict=True)
             )
-            if block.get("sweep") and clip_rule(dict(combination)["clip"]) == "none":
-                reasons.add("a sweep (clip_norm × lr) applies to private clip rules only")
-                continue
-            for wildcards, job_params in _swept(combination, params, block.get("sweep")):
+            cells = [(combination, dict(params))]
+            if block.get("sweep"):
+                cells = spec.sweep(combination, params, block["sweep"])
+                if isinstance(cells, str):
+                    reasons.add(cells)
+                    continue
+            for wildcards, job_params in cells:
                 reason = spec.invalid(dict(wildcards))
                 if reason:
                     reasons.add(reason)
@@ -221,10 +116,6 @@ class Grid:
         """The study's jobs in block order."""
         return list(self._jobs[study].values())
 
-    def targets(self, study: str, filename: str) -> list[str]:
-        """`<job folder>/<filename>` for every job of the study."""
-        return [f"{job.path}/{filename}" for job in self.jobs(study)]
-
     def params(self, study: str, wildcards: Mapping[str, str]) -> dict[str, Any]:
         """Hyperparameters of the job with `wildcards`: its block's, or the study defaults for
         a file target outside the grid (so any cell can be run by naming its output)."""
@@ -232,8 +123,8 @@ class Grid:
         job = self._jobs[study].get(key)
         if job is not None:
             return copy.deepcopy(dict(job.params))
-        swept = clip_overrides(str(wildcards["clip"])) if study == "seg" else {}
-        return _merged(self._config[study]["defaults"], swept)
+        spelled = STUDIES[study].wildcard_params(wildcards)
+        return _merged(self._config[study]["defaults"], spelled)
 
     def datasets(self) -> list[str]:
         """Datasets read by any job, in registry order."""
@@ -256,7 +147,7 @@ def wildcards_from_path(study: str, path: str | Path) -> dict[str, str]:
     """
     parts = re.split(r"\{(\w+)\}", STUDIES[study].path)  # literal, name, literal, ...
     pattern = "".join(
-        f"(?P<{part}>{WILDCARD_PATTERNS[part]})" if i % 2 else re.escape(part)
+        f"(?P<{part}>{STUDIES[study].patterns[part]})" if i % 2 else re.escape(part)
         for i, part in enumerate(parts)
     )
     match = re.search(rf"(?:^|/){pattern}(?:/|$)", Path(path).as_posix())

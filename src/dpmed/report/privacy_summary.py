@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from dpmed.config.grid import STUDIES, wildcards_from_path
+from dpmed.config.grid import wildcards_from_path
+from dpmed.studies import STUDIES
 
 SUMMARY_COLUMNS = (
     "study", "run", "mechanism", "adjacency", "sampling", "accountant", "epsilon", "delta",

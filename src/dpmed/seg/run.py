@@ -38,10 +38,10 @@ import pandas as pd
 import torch
 from torch.utils.data import DataLoader
 
-from dpmed.config.wildcards import clip_rule, parse_eps
+from dpmed.config.wildcards import parse_eps
 from dpmed.errors import ConfigError
-from dpmed.io import atomic_path, write_csv, write_json
-from dpmed.models import build_model
+from dpmed.io import write_csv, write_json
+from dpmed.models import build_model, model_arguments, save_model
 from dpmed.privacy import accounting
 from dpmed.privacy.clipping import ClipRule
 from dpmed.privacy.dpsgd import ScaledPrivacyEngine, resolve_grad_sample_mode
@@ -53,6 +53,7 @@ from dpmed.seg.losses import per_sample_loss
 from dpmed.seg.morph_log import MORPH_COLUMNS, MorphLog
 from dpmed.seg.morphology import parse_morph
 from dpmed.seg.privacy import seg_privacy_record
+from dpmed.seg.spec import clip_rule
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -101,15 +102,10 @@ def train_seg(
             "seg.grid.morphs", f"adaptive DP-Morph needs the retinal layers of duke, not {dataset}"
         )
 
-    net = build_model(
-        model_name,
-        in_channels=1,
-        n_classes=data.n_classes,
-        width=params["width"],
-        depth=params["depth"],
-        deep_supervision=params["deep_supervision"],
-        backbone_weights=params.get("backbone_weights"),
-    ).to(dev)
+    arguments = model_arguments(
+        model_name, {"in_channels": 1, "n_classes": data.n_classes, **params}
+    )
+    net = build_model(model_name, **arguments).to(dev)
     lr = float(params["lr"])
     opt = (
         torch.optim.Adam(net.parameters(), lr=lr)
@@ -292,10 +288,9 @@ def train_seg(
         engine.accountant.history if private else [],
         n_train,
     ).write(out / "privacy.json")
-    with atomic_path(out / "model.pt") as tmp:
-        torch.save(
-            {"model": model_name, "n_classes": data.n_classes, "state_dict": net.state_dict()}, tmp
-        )
+    # The backbone file only initialises training; the saved weights replace it.
+    saved_arguments = {k: v for k, v in arguments.items() if k != "backbone_weights"}
+    save_model(out / "model.pt", model_name, saved_arguments, net)
     write_json(out / "metrics.json", metrics)
     (out / CHECKPOINT).unlink(missing_ok=True)
     return metrics

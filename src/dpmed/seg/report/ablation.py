@@ -24,10 +24,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from dpmed.config.wildcards import SEG_DATASETS, clip_overrides, clip_rule, format_eps, parse_eps
+from dpmed.config.wildcards import format_eps, parse_eps
 from dpmed.report.style import save_figure
 from dpmed.seg.morphology import parse_morph
 from dpmed.seg.report.main import CLIP_LABEL, CLIPS, MODEL_LABEL, MODELS, collect_runs
+from dpmed.seg.spec import SEG_DATASETS, clip_overrides, clip_rule
 
 # Table 2's column order (the paper's).
 TABLE2_CLIPS = ("autos", "flat", "nsgd", "psac", "none")

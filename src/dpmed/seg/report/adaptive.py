@@ -24,12 +24,12 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from dpmed.config.grid import wildcards_from_path
-from dpmed.config.wildcards import clip_overrides
 from dpmed.data.oct import DUKE_CLASSES
 from dpmed.report.style import save_figure
 from dpmed.seg.morphology import OPERATIONS, RETINAL_CLASSES, parse_morph
 from dpmed.seg.report.ablation import clip_groups, plain_clip, setting_labels
 from dpmed.seg.report.main import MODEL_LABEL, MODELS, best_fixed, collect_runs, morph_kind
+from dpmed.seg.spec import clip_overrides
 
 # Fig. 11 bar categories: (key, legend label, colour index, hatched).
 BARS = (

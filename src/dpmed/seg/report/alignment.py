@@ -20,10 +20,10 @@ import numpy as np
 import pandas as pd
 
 from dpmed.config.grid import wildcards_from_path
-from dpmed.config.wildcards import SEG_DATASETS, format_eps, parse_eps
+from dpmed.config.wildcards import format_eps, parse_eps
 from dpmed.report.style import save_figure
 from dpmed.seg.report.main import CLIP_LABEL, CLIPS, DATASET_LABEL, MODEL_LABEL, MODELS
-from dpmed.seg.spec import is_paper_cell
+from dpmed.seg.spec import SEG_DATASETS, is_paper_cell
 
 # Bottom row of the paper's Fig. 7: the model shown per dataset.
 BOTTOM_MODEL = {"duke": "unet", "umn": "unet", "covidct": "infnet"}

@@ -21,11 +21,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from dpmed.config.wildcards import clip_rule, parse_eps
+from dpmed.config.wildcards import parse_eps
 from dpmed.report.style import save_figure, write_table
 from dpmed.seg.morphology import parse_morph
 from dpmed.seg.report.main import CLIP_LABEL, CLIPS, DATASET_LABEL, MODEL_LABEL, MODELS
-from dpmed.seg.spec import FIGURES
+from dpmed.seg.spec import FIGURES, clip_rule
 
 METRICS = ("auc", "balanced_accuracy", "advantage", "tpr_at_fpr_1pct", "tpr_at_fpr_0.1pct")
 CELL = ["dataset", "model", "clip", "morph", "eps"]

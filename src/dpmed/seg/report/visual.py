@@ -25,7 +25,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 
 from dpmed.config.grid import wildcards_from_path
-from dpmed.config.wildcards import clip_rule, parse_eps
+from dpmed.config.wildcards import parse_eps
 from dpmed.report.data import LABEL_COLOURS
 from dpmed.report.style import save_figure
 from dpmed.seg.data import load_seg_data
@@ -33,7 +33,7 @@ from dpmed.seg.inference import load_run_model
 from dpmed.seg.losses import split_output
 from dpmed.seg.morphology import MorphSpec, apply_morph, parse_morph
 from dpmed.seg.report.main import CLIP_LABEL, CLIPS, DATASET_LABEL, MODEL_LABEL, MODELS, morph_kind
-from dpmed.seg.spec import FIGURES
+from dpmed.seg.spec import FIGURES, clip_rule
 
 # Paper 002 Fig. 6 column order.
 VISUAL_CLIPS = ("none", "autos", "flat", "nsgd", "psac")

@@ -1,0 +1,56 @@
+"""What a study tells the generic grid and the rule files: its axes, run folder, wildcard
+patterns, validity rule and run files. Each study package defines one `StudySpec` in its
+`spec.py`; `dpmed.studies.STUDIES` registers the three."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# The wildcards of one grid cell, in axis order: (("dataset", "duke"), ("model", "unet"), ...).
+Wildcards = tuple[tuple[str, str], ...]
+# A grid cell's jobs after a block's `sweep`: (wildcards, params) pairs, or why there are none.
+SweepResult = list[tuple[Wildcards, dict[str, Any]]] | str
+
+
+def _no_overrides(wildcards: Mapping[str, str]) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """One study's grid and output layout.
+
+    Args:
+        name: the study (`seg`, `fets`, `xcal`): config section, rule and output prefix.
+        path: the run folder template, e.g. `results/fets/{aggregator}/.../seed{seed}`.
+        axes: (block list key, wildcard) pairs in path order.
+        patterns: wildcard → regex of its allowed values (Snakemake wildcard constraints).
+        invalid: why a combination of wildcards is not a job (None when it is one).
+        run_files: the files the training rule writes into every run folder.
+        category: the report category of the study's tables and figures.
+        sweep: expands one cell by a block's `sweep` mapping (None: the study has no sweeps).
+        wildcard_params: hyperparameters a wildcard value spells (for off-grid file targets).
+    """
+
+    name: str
+    path: str
+    axes: tuple[tuple[str, str], ...]
+    patterns: Mapping[str, str]
+    invalid: Callable[[Mapping[str, str]], str | None]
+    run_files: tuple[str, ...]
+    category: str
+    sweep: Callable[[Wildcards, Mapping[str, Any], Mapping[str, Any]], SweepResult] | None = None
+    wildcard_params: Callable[[Mapping[str, str]], dict[str, Any]] = field(default=_no_overrides)
+
+    @property
+    def wildcards(self) -> tuple[str, ...]:
+        """The wildcard names, in path order."""
+        return tuple(wc for _, wc in self.axes)
+
+    def log(self, rule: str, ext: str = "log") -> str:
+        """`logs/<rule>/<wildcards as folders>.<ext>` (also the benchmark path with `tsv`)."""
+        folder = "logs" if ext == "log" else "benchmarks"
+        run = self.path.removeprefix(f"results/{self.name}/")
+        return f"{folder}/{rule}/{run}.{ext}"
