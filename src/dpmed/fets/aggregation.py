@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from dpmed.federated.averaging import weighted_mean, weighted_sum
 from dpmed.privacy.mechanisms import classic_sigma
 
 EPS_SAFE = 1e-8  # Algorithm 1 line 4
@@ -90,7 +91,7 @@ def similarity_weights(
     α = ŵ/(1e-8 + Σŵ). sum_diff (FeTS 2021): d_i = |ΣT̄ − ΣT_i|, s normalised to sum 1 first.
     """
     flat = [np.asarray(t).reshape(-1) for t in tensors]
-    mean = _weighted_sum(flat, np.full(len(flat), 1.0 / len(flat)))
+    mean = weighted_sum(flat, np.full(len(flat), 1.0 / len(flat)))
     if distance == "l2":
         scratch = np.empty_like(mean)
         d = np.array([_norm(np.subtract(f, mean, out=scratch)) for f in flat])
@@ -110,23 +111,6 @@ def _norm(v: np.ndarray) -> float:
     """‖v‖₂ (BLAS dot in the array's own precision: one pass, no float64 copy)."""
     flat = v.reshape(-1)
     return float(np.sqrt(np.dot(flat, flat)))
-
-
-def _weighted_sum(tensors: Sequence[np.ndarray], alpha: np.ndarray) -> np.ndarray:
-    """Σ α_i T_i in the tensors' dtype (one pass over each tensor)."""
-    first = np.asarray(tensors[0])
-    out = first * first.dtype.type(alpha[0])
-    scratch = np.empty_like(out)
-    for a, t in zip(alpha[1:], tensors[1:], strict=True):
-        np.multiply(t, first.dtype.type(a), out=scratch)
-        out += scratch
-    return out
-
-
-def weighted_mean(tensors: Sequence[np.ndarray], weights: Sequence[float]) -> np.ndarray:
-    """Σ W_i T_i / Σ W_i (FedAvg; Algorithm 1 line 25)."""
-    w = np.asarray(weights, dtype=np.float64)
-    return _weighted_sum(tensors, w / w.sum())
 
 
 def fedavg(
@@ -155,7 +139,7 @@ def simagg(
     weights = [t.weight for t in local_tensors]
     if not is_weight_or_bias(tensor_name):
         return weighted_mean(tensors, weights)
-    return _weighted_sum(tensors, similarity_weights(tensors, weights, distance))
+    return weighted_sum(tensors, similarity_weights(tensors, weights, distance))
 
 
 def gaussian_noise(
@@ -181,9 +165,9 @@ def dp_simagg_paper_tensor(
     if is_weight_or_bias(tensor_name):
         clipped = [l2_clip(t, clip_norm) for t in tensors]  # lines 7–9
         alpha = similarity_weights(clipped, weights, "l2")  # lines 10–17
-        pm = _weighted_sum(clipped, alpha)  # line 18
+        pm = weighted_sum(clipped, alpha)  # line 18
         neighbour = [np.ones_like(clipped[0]) * clip_norm, *clipped[1:]]  # line 19
-        pm_prime = _weighted_sum(neighbour, alpha)  # line 20
+        pm_prime = weighted_sum(neighbour, alpha)  # line 20
         delta_f = _norm(pm - pm_prime)  # line 21
         branch = "weight"
     else:
@@ -236,7 +220,7 @@ def dp_fedavg(
     """DP-FedAvg of flattened updates (n, d): mean of the clipped updates + N(0, σ²I),
     σ = z·C/m; `inplace` clips `updates`."""
     clipped, _ = clip_rows(updates, clip_norm, inplace)
-    agg = _weighted_sum(list(clipped), np.full(len(clipped), 1.0 / len(clipped)))
+    agg = weighted_sum(list(clipped), np.full(len(clipped), 1.0 / len(clipped)))
     return agg + gaussian_noise(agg.shape, sigma, rng, agg.dtype)
 
 

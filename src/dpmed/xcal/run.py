@@ -30,6 +30,7 @@ from dpmed.data.partition import (
     partition_iid,
     partition_label_shift,
 )
+from dpmed.federated.averaging import weighted_mean
 from dpmed.io import write_csv, write_json, write_npz
 from dpmed.models.classifiers import GRAD_SAMPLE_MODE, build_classifier, gradcam_layer
 from dpmed.runtime import Progress, load_checkpoint, save_checkpoint, seed_everything, select_device
@@ -76,10 +77,9 @@ def partition(
 
 def fedavg(updates: list[ClientUpdate]) -> dict[str, torch.Tensor]:
     """Σ_k n_k w_k / Σ_k n_k for every tensor (FedAvg weighted by client sample count)."""
-    total = sum(u.n_samples for u in updates)
+    weights = [u.n_samples for u in updates]
     return {
-        key: sum(u.tensors[key] * (u.n_samples / total) for u in updates)
-        for key in updates[0].tensors
+        key: weighted_mean([u.tensors[key] for u in updates], weights) for key in updates[0].tensors
     }
 
 

@@ -1,0 +1,1 @@
+"""What the two federated studies (fets, xcal) share: weighted averaging of model tensors."""
