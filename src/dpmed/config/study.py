@@ -4,7 +4,7 @@ patterns, validity rule and run files. Each study package defines one `StudySpec
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,9 @@ class StudySpec:
         invalid: why a combination of wildcards is not a job (None when it is one).
         run_files: the files the training rule writes into every run folder.
         category: the report category of the study's tables and figures.
+        targets: the study's final outputs (run files, tables, figures) for its expanded
+            jobs (`dpmed.config.grid.Job`s); [] when the grid has none. `rule all` and the
+            `<study>_results` rule read it.
         sweep: expands one cell by a block's `sweep` mapping (None: the study has no sweeps).
         wildcard_params: hyperparameters a wildcard value spells (for off-grid file targets).
     """
@@ -41,6 +44,7 @@ class StudySpec:
     invalid: Callable[[Mapping[str, str]], str | None]
     run_files: tuple[str, ...]
     category: str
+    targets: Callable[[Sequence[Any]], list[str]]
     sweep: Callable[[Wildcards, Mapping[str, Any], Mapping[str, Any]], SweepResult] | None = None
     wildcard_params: Callable[[Mapping[str, str]], dict[str, Any]] = field(default=_no_overrides)
 

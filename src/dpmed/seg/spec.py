@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dpmed.config.study import StudySpec, SweepResult, Wildcards
@@ -91,6 +91,11 @@ def sweep(wildcards: Wildcards, params: Mapping[str, Any], cfg: Mapping[str, Any
     return out
 
 
+def targets(jobs: Sequence[Any]) -> list[str]:
+    """Every run file of every job (tables and figures: the rule file adds them for now)."""
+    return [f"{job.path}/{name}" for job in jobs for name in RUN_FILES]
+
+
 SPEC = StudySpec(
     name="seg",
     path="results/seg/{dataset}/{model}/{clip}/{morph}/eps{eps}/seed{seed}",
@@ -112,6 +117,7 @@ SPEC = StudySpec(
     },
     invalid=invalid,
     run_files=RUN_FILES,
+    targets=targets,
     category="seg (paper 002)",
     sweep=sweep,
     wildcard_params=lambda wc: clip_overrides(str(wc["clip"])),

@@ -3,7 +3,8 @@ files. A light module: the rule file imports it at parse time."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from dpmed.config.study import StudySpec
 from dpmed.config.wildcards import EPS_PATTERN
@@ -30,6 +31,11 @@ def invalid(wc: Mapping[str, str]) -> str | None:
     return None
 
 
+def targets(jobs: Sequence[Any]) -> list[str]:
+    """Every run file of every job (tables and figures: the rule file adds them for now)."""
+    return [f"{job.path}/{name}" for job in jobs for name in RUN_FILES]
+
+
 SPEC = StudySpec(
     name="xcal",
     path="results/xcal/{dataset}/{model}/{method}/{shift}/c{clients}/eps{eps}/seed{seed}",
@@ -53,5 +59,6 @@ SPEC = StudySpec(
     },
     invalid=invalid,
     run_files=RUN_FILES,
+    targets=targets,
     category="xcal (paper 001)",
 )
