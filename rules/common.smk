@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from dpmed.config.checks import check_config
 from dpmed.config.wildcards import wildcard_patterns
+from dpmed.data.registry import processed_files
 
 
 GRID = check_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
@@ -33,14 +34,6 @@ def raw_folder(dataset):
     """data/raw/<dataset> (generated) or the user's folder of the real download."""
     raw = config["data"][dataset]["raw"]
     return f"data/raw/{dataset}" if raw == "synthetic" else raw
-
-
-def processed_files(dataset):
-    """The files the preprocess rule of `dataset` writes (FeTS keeps one file per subject)."""
-    folder = f"data/processed/{dataset}"
-    if dataset == "fets":
-        return [f"{folder}/splits.csv", f"{folder}/meta.json"]
-    return [f"{folder}/{name}" for name in ("train.npz", "val.npz", "test.npz", "meta.json")]
 
 
 def reported(stem, exts, caption, category, subcategory):

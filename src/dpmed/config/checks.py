@@ -9,17 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from dpmed.config.grid import Grid
+from dpmed.data.registry import DATASET_REGISTRY
 from dpmed.errors import ConfigError
-
-SYNTHETIC_KEYS = {
-    "fets": ("shape", "subjects_scale"),
-    "duke": ("shape", "n_subjects", "n_bscans", "n_annotated"),
-    "umn": ("shape", "n_subjects", "n_bscans"),
-    "covidct": ("shape", "n_slices"),
-    "bloodmnist": ("counts",),
-    "pneumoniamnist": ("counts",),
-    "dermamnist": ("counts",),
-}
 
 
 def check_config(config: MutableMapping[str, Any], schema: str | Path) -> Grid:
@@ -58,7 +49,7 @@ def _check_dataset(data: Mapping[str, Any], dataset: str) -> None:
         raise ConfigError(key, "the dataset is used by a study grid but has no data entry")
     cfg = data[dataset]
     if cfg["raw"] == "synthetic":
-        missing = [k for k in SYNTHETIC_KEYS[dataset] if k not in cfg["synthetic"]]
+        missing = [k for k in DATASET_REGISTRY[dataset].synthetic_keys if k not in cfg["synthetic"]]
         if missing:
             raise ConfigError(f"{key}.synthetic", f"missing {', '.join(missing)}")
     elif not Path(cfg["raw"]).exists():

@@ -1,39 +1,70 @@
-"""Dataset name → the family module that generates, loads and preprocesses it.
+"""The dataset registry: dataset name → its family module (generator, loader, preprocessing),
+display label, the synthetic config keys it needs, and the files its preprocessing writes.
 
-Modules are imported lazily so a job only pays for the libraries of its own family.
+Family modules are imported lazily so a job only pays for the libraries of its own family;
+reading the registry imports nothing heavy.
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from types import ModuleType
 
-FAMILY_OF_DATASET: dict[str, str] = {
-    "fets": "fets",
-    "duke": "oct",
-    "umn": "oct",
-    "covidct": "covid_ct",
-    "bloodmnist": "medmnist",
-    "pneumoniamnist": "medmnist",
-    "dermamnist": "medmnist",
-}
+from dpmed.registry import Registry
 
-DATASETS: tuple[str, ...] = tuple(FAMILY_OF_DATASET)
+ARRAY_FILES = ("train.npz", "val.npz", "test.npz", "meta.json")
+
+
+@dataclass(frozen=True)
+class DatasetEntry:
+    """A registered dataset.
+
+    Args:
+        family: module name under `dpmed.data` (loader) and `dpmed.data.synthetic` (generator).
+        label: the name papers and figures use.
+        synthetic_keys: the keys its `data.<name>.synthetic` config block must give.
+        processed: the files (relative to `data/processed/<name>/`) preprocessing writes.
+    """
+
+    family: str
+    label: str
+    synthetic_keys: tuple[str, ...]
+    processed: tuple[str, ...] = ARRAY_FILES
+
+
+DATASET_REGISTRY: Registry[DatasetEntry] = Registry("dataset")
+DATASET_REGISTRY.add(
+    "fets",
+    DatasetEntry("fets", "FeTS 2022", ("shape", "subjects_scale"), ("splits.csv", "meta.json")),
+)
+DATASET_REGISTRY.add(
+    "duke", DatasetEntry("oct", "Duke", ("shape", "n_subjects", "n_bscans", "n_annotated"))
+)
+DATASET_REGISTRY.add("umn", DatasetEntry("oct", "UMN", ("shape", "n_subjects", "n_bscans")))
+DATASET_REGISTRY.add("covidct", DatasetEntry("covid_ct", "COVID-19 lung CT", ("shape", "n_slices")))
+DATASET_REGISTRY.add("bloodmnist", DatasetEntry("medmnist", "BloodMNIST", ("counts",)))
+DATASET_REGISTRY.add("pneumoniamnist", DatasetEntry("medmnist", "PneumoniaMNIST", ("counts",)))
+DATASET_REGISTRY.add("dermamnist", DatasetEntry("medmnist", "DermaMNIST", ("counts",)))
+
+DATASETS: tuple[str, ...] = DATASET_REGISTRY.names()
+
+
+def dataset_label(dataset: str) -> str:
+    """The display name of `dataset` ("Duke", "BloodMNIST", ...)."""
+    return DATASET_REGISTRY[dataset].label
+
+
+def processed_files(dataset: str) -> list[str]:
+    """The files the preprocess rule of `dataset` writes, as paths under data/processed/."""
+    return [f"data/processed/{dataset}/{name}" for name in DATASET_REGISTRY[dataset].processed]
 
 
 def family_module(dataset: str) -> ModuleType:
     """The loader/preprocess module `dpmed.data.<family>` of `dataset`."""
-    return importlib.import_module(f"dpmed.data.{_family(dataset)}")
+    return importlib.import_module(f"dpmed.data.{DATASET_REGISTRY[dataset].family}")
 
 
 def generator_module(dataset: str) -> ModuleType:
     """The synthetic generator module `dpmed.data.synthetic.<family>` of `dataset`."""
-    return importlib.import_module(f"dpmed.data.synthetic.{_family(dataset)}")
-
-
-def _family(dataset: str) -> str:
-    try:
-        return FAMILY_OF_DATASET[dataset]
-    except KeyError:
-        known = ", ".join(DATASETS)
-        raise ValueError(f"unknown dataset '{dataset}' (known: {known})") from None
+    return importlib.import_module(f"dpmed.data.synthetic.{DATASET_REGISTRY[dataset].family}")
