@@ -35,5 +35,5 @@ rule all:
     default_target: True
     input:
         data_targets(),
-        STUDY_TARGETS,
+        study_targets(),
         REPORT_TARGETS,

@@ -32,7 +32,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from dpmed.models import build_model, model_arguments
-from dpmed.privacy.clipping import PRIVATE_RULES, ClipRule
+from dpmed.privacy.clipping import ClipRule, private_rules
 from dpmed.privacy.dpsgd import GRAD_SAMPLE_MODES, ScaledPrivacyEngine
 from dpmed.runtime import select_device
 from dpmed.seg.losses import per_sample_loss
@@ -135,7 +135,7 @@ def measure(cell: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["unet", "unetpp", "infnet"])
-    parser.add_argument("--rules", nargs="+", default=list(PRIVATE_RULES))
+    parser.add_argument("--rules", nargs="+", default=list(private_rules()))
     parser.add_argument("--modes", nargs="+", default=list(GRAD_SAMPLE_MODES))
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--size", type=int, default=64)

@@ -18,17 +18,17 @@ import time
 import numpy as np
 import torch
 
-from dpmed.fets.aggregation import gaussian_noise
+from dpmed.fets.aggregation import AGGREGATORS, DP_MODES, gaussian_noise
 from dpmed.fets.collaborator import state_to_numpy
 from dpmed.fets.server import Server, ServerConfig
-from dpmed.models.resunet3d import ResUNet3d, count_parameters
+from dpmed.models import build_model
+from dpmed.models.resunet3d import count_parameters
 
+# Every registered (aggregator, DP mode), private ones at eps0 = 1.
 SETTINGS = [
-    ("fedavg", "none", None),
-    ("simagg", "none", None),
-    ("dp_simagg", "paper", 1.0),
-    ("dp_simagg", "sound", 1.0),
-    ("dp_fedavg", "sound", 1.0),
+    (name, mode, 1.0 if DP_MODES[mode].private else None)
+    for name, entry in AGGREGATORS.items()
+    for mode in entry.modes
 ]
 
 
@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument("--collaborators", type=int, default=6)
     args = parser.parse_args()
     torch.manual_seed(0)
-    model = ResUNet3d(4, 4, base_filters=32, depth=4)
+    model = build_model("resunet3d", in_channels=4, n_classes=4, base_filters=32, depth=4)
     n_params = count_parameters(model)
     glob = state_to_numpy(model)
     rng = np.random.default_rng(0)

@@ -19,22 +19,31 @@ import warnings
 
 import torch
 
-from dpmed.models.classifiers import GRAD_SAMPLE_MODE, MODELS, build_classifier, gradcam_layer
+from dpmed.models import build_model
+from dpmed.models.classifiers import gradcam_layer
+from dpmed.privacy.dpsgd import wrap_per_sample
 from dpmed.runtime import select_device
-from dpmed.xcal.client import Client, method_spec
-from dpmed.xcal.dpsgd import wrap
+from dpmed.xcal.client import Client
+from dpmed.xcal.methods import BASELINE, NON_PRIVATE, PROPOSED, resolve
+from dpmed.xcal.spec import MODELS
 
-METHODS = ("nondp", "static", "xcal")
+METHODS = (NON_PRIVATE, BASELINE, PROPOSED)
 
 
 def make_client(model: str, method: str, args: argparse.Namespace):
     """(client, net, wrapper, global state) of one method on `model`, warmed up by one round."""
     device = select_device(args.device)
     torch.manual_seed(0)
-    net = build_classifier(model, args.channels, 8, args.size, args.width_scale).to(device)
+    net = build_model(
+        model,
+        in_channels=args.channels,
+        n_classes=8,
+        image_size=args.size,
+        width_scale=args.width_scale,
+    ).to(device)
     layer = gradcam_layer(net, args.channels, args.size)
-    spec = method_spec(method, method != "nondp", {"balanced": [1, 1, 1]})
-    wrapped = wrap(net, GRAD_SAMPLE_MODE[model]) if spec.kind != "plain" else None
+    trained = resolve(method, method != NON_PRIVATE, {"balanced": [1, 1, 1]})
+    wrapped = wrap_per_sample(net, net.grad_sample_mode) if trained.dp else None
     x = torch.rand(args.n, args.channels, args.size, args.size, device=device)
     y = torch.randint(0, 8, (args.n,), device=device)
     params = {
@@ -50,7 +59,7 @@ def make_client(model: str, method: str, args: argparse.Namespace):
         "top_q": 0.2,
         "ema": 0.9,
     }
-    client = Client(0, x, y, spec, params, 8.0, 0, layer)
+    client = Client(0, x, y, trained, params, 8.0, 0, layer)
     state = {k: v.detach().clone() for k, v in net.state_dict().items()}
     client.train_round(net, wrapped, state)  # warm-up
     return client, net, wrapped, state

@@ -9,7 +9,8 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from dpmed.config.checks import check_config
 from dpmed.config.wildcards import wildcard_patterns
-from dpmed.data.registry import processed_files
+from dpmed.data.registry import ARRAY_FILES, datasets_writing, processed_files
+from dpmed.studies import STUDIES
 
 
 GRID = check_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
@@ -18,12 +19,11 @@ CONDA_ENV = "../envs/dpmed.yaml"
 # Training rules ask for one GPU unless the config pins the CPU (smoke runs then use both cores).
 GPU = 0 if config["device"] == "cpu" else 1
 TRAIN_THREADS = 1 if config["device"] == "cpu" else 4
-# Report categories: one per study (paper number), plus the cross-study outputs.
-SEG_CAT, FETS_CAT, XCAL_CAT = "seg (paper 002)", "fets (paper 000)", "xcal (paper 001)"
+# Report categories of the cross-study outputs.
 DATA_CAT, PRIVACY_CAT = "data", "privacy"
 FIG, TAB = (".png", ".pdf"), (".csv", ".md")
-# Each study's rule file appends its final outputs (runs, tables, figures) here for `rule all`.
-STUDY_TARGETS = []
+# Report categories come from the study specs (dpmed.<study>.spec.SPEC.category).
+SEG_CAT, FETS_CAT, XCAL_CAT = (STUDIES[name].category for name in ("seg", "fets", "xcal"))
 
 
 wildcard_constraints:
@@ -49,10 +49,18 @@ def reported(stem, exts, caption, category, subcategory):
     return [shown, *rest]
 
 
+def study_targets():
+    """Every study's final outputs (runs, tables, figures), as its spec lists them."""
+    return [path for name, spec in STUDIES.items() for path in spec.targets(GRID.jobs(name))]
+
+
+def study_runs():
+    """The run folder of every job of every study."""
+    return [job.path for name in STUDIES for job in GRID.jobs(name)]
+
+
 def data_targets():
     """Processed data of every dataset in use, plus the cross-study data table and figures."""
     targets = [f for dataset in DATASETS for f in processed_files(dataset)]
     targets += ["results/tables/datasets.csv", "results/figures/data_overview.png"]
-    if "fets" in DATASETS:
-        targets.append("results/figures/fets_fig1_patients_per_institution.png")
     return targets

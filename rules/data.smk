@@ -21,9 +21,9 @@ rule preprocess:
     input:
         raw=lambda wc: raw_folder(wc.dataset),
     output:
-        multiext("data/processed/{dataset}/", "train.npz", "val.npz", "test.npz", "meta.json"),
+        multiext("data/processed/{dataset}/", *ARRAY_FILES),
     wildcard_constraints:
-        dataset="duke|umn|covidct|bloodmnist|pneumoniamnist|dermamnist",
+        dataset="|".join(datasets_writing()),
     params:
         cfg=lambda wc: config["data"][wc.dataset],
     log:
@@ -66,6 +66,7 @@ rule datasets_table:
         datasets=DATASETS,
     log:
         "logs/datasets_table.log",
+    localrule: True
     conda:
         CONDA_ENV
     script:
@@ -81,32 +82,9 @@ rule data_overview:
         datasets=DATASETS,
     log:
         "logs/data_overview.log",
+    localrule: True
     conda:
         CONDA_ENV
     script:
         "../workflow/scripts/data_overview.py"
 
-
-rule fets_figure1:
-    input:
-        "data/processed/fets/splits.csv",
-    output:
-        reported(
-            "results/figures/fets_fig1_patients_per_institution",
-            FIG,
-            "fets_fig1",
-            FETS_CAT,
-            "Fig. 1",
-        ),
-    log:
-        "logs/fets_figure1.log",
-    conda:
-        CONDA_ENV
-    script:
-        "../workflow/scripts/fets_figure1.py"
-
-
-localrules:
-    datasets_table,
-    data_overview,
-    fets_figure1,

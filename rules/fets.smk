@@ -1,30 +1,37 @@
-"""fets study (paper 000): federated DP-SimAgg on FeTS 2022."""
+"""fets study (paper 000): federated DP-SimAgg on FeTS 2022.
+
+fets_train runs one cell {aggregator}/{dpmode}/eps{eps}/seed{seed}; its checkpoint
+(checkpoint.pt in the job folder) is not an output: a killed job resumes from it and it is
+deleted once the outputs are written. Run files, tables, figures, wildcard patterns and log
+paths come from the study spec (dpmed.fets.spec).
+"""
 
 from dpmed.config.grid import job_seed
+from dpmed.data.registry import processed_files
+from dpmed.fets.spec import FIGURES as FETS_FIGURES
+from dpmed.fets.spec import SPEC as FETS
+from dpmed.fets.spec import TABLES as FETS_TABLES
+from dpmed.fets.spec import run_targets as fets_run_targets
 
-# Run folders: dpmed.config.grid.STUDIES["fets"].path, spelled out in fets_train.
-FETS_FILES = ("rounds.csv", "selection.csv", "metrics.json", "privacy.json", "resources.json")
 FETS_RUNS = [job.path for job in GRID.jobs("fets")]
 
 
 rule fets_train:
     input:
-        splits="data/processed/fets/splits.csv",
-        meta="data/processed/fets/meta.json",
+        processed_files("fets"),
     output:
-        rounds="results/fets/{aggregator}/{dpmode}/eps{eps}/seed{seed}/rounds.csv",
-        selection="results/fets/{aggregator}/{dpmode}/eps{eps}/seed{seed}/selection.csv",
-        metrics="results/fets/{aggregator}/{dpmode}/eps{eps}/seed{seed}/metrics.json",
-        privacy="results/fets/{aggregator}/{dpmode}/eps{eps}/seed{seed}/privacy.json",
-        resources="results/fets/{aggregator}/{dpmode}/eps{eps}/seed{seed}/resources.json",
+        **{name.partition(".")[0]: f"{FETS.path}/{name}" for name in FETS.run_files},
+    wildcard_constraints:
+        **FETS.patterns,
     params:
+        processed="data/processed/fets",
         hp=lambda wc: GRID.params("fets", wc),
         seed=lambda wc: job_seed("fets", wc),
         device=config["device"],
     log:
-        "logs/fets_train/{aggregator}/{dpmode}/eps{eps}/seed{seed}.log",
+        FETS.log("fets_train"),
     benchmark:
-        "benchmarks/fets_train/{aggregator}/{dpmode}/eps{eps}/seed{seed}.tsv"
+        FETS.log("fets_train", "tsv")
     threads: TRAIN_THREADS
     resources:
         gpu=GPU,
@@ -38,19 +45,44 @@ rule fets_train:
 
 rule fets_tables:
     input:
-        expand("{run}/{name}", run=FETS_RUNS, name=FETS_FILES),
+        fets_run_targets(GRID.jobs("fets")),
     output:
-        reported("results/tables/fets_table2", TAB, "fets_table2", FETS_CAT, "Table II"),
-        reported("results/measured/fets_resources", TAB, "fets_resources", FETS_CAT, "Table II"),
-        reported("results/tables/fets_privacy", TAB, "fets_privacy", FETS_CAT, "sound vs paper"),
+        [
+            f
+            for name in FETS_TABLES
+            for f in reported(
+                f"{FETS_TABLES[name].stem}", TAB, name, FETS.category, FETS_TABLES[name].group
+            )
+        ],
     params:
         runs=FETS_RUNS,
     log:
         "logs/fets_tables.log",
+    localrule: True
     conda:
         CONDA_ENV
     script:
         "../workflow/scripts/fets_tables.py"
+
+
+rule fets_figure1:
+    input:
+        "data/processed/fets/splits.csv",
+    output:
+        reported(
+            f"{FETS_FIGURES['fets_fig1'].stem}",
+            FIG,
+            "fets_fig1",
+            FETS.category,
+            FETS_FIGURES["fets_fig1"].group,
+        ),
+    log:
+        "logs/fets_figure1.log",
+    localrule: True
+    conda:
+        CONDA_ENV
+    script:
+        "../workflow/scripts/fets_figure1.py"
 
 
 rule fets_figure3:
@@ -59,12 +91,19 @@ rule fets_figure3:
         selection=lambda wc: f"{FETS_RUNS[0]}/selection.csv",
         splits="data/processed/fets/splits.csv",
     output:
-        reported("results/figures/fets_fig3_selection", FIG, "fets_fig3", FETS_CAT, "Fig. 3"),
+        reported(
+            f"{FETS_FIGURES['fets_fig3'].stem}",
+            FIG,
+            "fets_fig3",
+            FETS.category,
+            FETS_FIGURES["fets_fig3"].group,
+        ),
     params:
         hp=lambda wc: GRID.jobs("fets")[0].params,
         seed=lambda wc: job_seed("fets", GRID.jobs("fets")[0].wc),
     log:
         "logs/fets_figure3.log",
+    localrule: True
     conda:
         CONDA_ENV
     script:
@@ -73,39 +112,27 @@ rule fets_figure3:
 
 rule fets_figure4:
     input:
-        expand("{run}/rounds.csv", run=FETS_RUNS),
+        [f"{run}/rounds.csv" for run in FETS_RUNS],
     output:
-        reported("results/figures/fets_fig4_rounds", FIG, "fets_fig4", FETS_CAT, "Fig. 4"),
+        reported(
+            f"{FETS_FIGURES['fets_fig4'].stem}",
+            FIG,
+            "fets_fig4",
+            FETS.category,
+            FETS_FIGURES["fets_fig4"].group,
+        ),
     params:
         runs=FETS_RUNS,
     log:
         "logs/fets_figure4.log",
+    localrule: True
     conda:
         CONDA_ENV
     script:
         "../workflow/scripts/fets_figure4.py"
 
 
-FETS_TARGETS = [
-    *expand("{run}/{name}", run=FETS_RUNS, name=FETS_FILES),
-    "results/tables/fets_table2.csv",
-    "results/measured/fets_resources.csv",
-    "results/tables/fets_privacy.csv",
-    "results/figures/fets_fig3_selection.png",
-    "results/figures/fets_fig4_rounds.png",
-]
-if not FETS_RUNS:  # the fets grid is empty: no study outputs to build
-    FETS_TARGETS = []
-STUDY_TARGETS.extend(FETS_TARGETS)
-
-
 rule fets_results:
     input:
-        FETS_TARGETS,
-
-
-localrules:
-    fets_tables,
-    fets_figure3,
-    fets_figure4,
-    fets_results,
+        FETS.targets(GRID.jobs("fets")),
+    localrule: True

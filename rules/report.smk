@@ -5,19 +5,16 @@ outputs flagged with `reported(...)`; captions are in workflow/report/."""
 
 rule privacy_summary:
     input:
-        privacy=[f"{run}/privacy.json" for run in SEG_RUNS + FETS_RUNS + XCAL_RUNS],
+        privacy=[f"{run}/privacy.json" for run in study_runs()],
     output:
         reported("results/tables/privacy_summary", TAB, "privacy_summary", PRIVACY_CAT, "all studies"),
     log:
         "logs/privacy_summary.log",
+    localrule: True
     conda:
         CONDA_ENV
     script:
         "../workflow/scripts/privacy_summary.py"
 
 
-REPORT_TARGETS = ["results/tables/privacy_summary.csv"] if STUDY_TARGETS else []
-
-
-localrules:
-    privacy_summary,
+REPORT_TARGETS = ["results/tables/privacy_summary.csv"] if study_runs() else []

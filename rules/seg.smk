@@ -5,53 +5,43 @@ seg_train runs one cell {dataset}/{model}/{clip}/{morph}/eps{eps}/seed{seed}; it
 deleted once the outputs are written. seg_attack scores one trained model with the global-loss
 membership attack. Tables and figures read only the cells the grid ran: the paper's main
 tables/figures (Table 3, Figs. 3–5, 8) its main cells, the ablation outputs (Fig. 2, Table 2)
-the sweep/quantile cells, the analyses (Figs. 6, 7, 9–12, privacy tables) every cell.
+the sweep/quantile cells, the analyses (Figs. 6, 7, 9–12, privacy tables) every cell. Each
+table/figure rule names its writer (`params.writer`), which seg_report_output.py calls with the
+rule's named inputs, outputs and params; which of them `rule all` asks for is
+`dpmed.seg.spec.REPORTS`.
 """
 
+import dpmed.seg.spec as seg_spec
 from dpmed.config.grid import job_seed
-from dpmed.studies import STUDIES
-from dpmed.seg.spec import FIGURES as SEG_FIGURES, RUN_FILES as SEG_RUN_FILES, is_paper_cell
 
-SEG_PATH = STUDIES["seg"].path
+SEG = seg_spec.SPEC
 SEG_JOBS = GRID.jobs("seg")
-SEG_RUNS = [j.path for j in SEG_JOBS]
-SEG_DATASETS = [d for d in SEG_FIGURES if any(j.wc["dataset"] == d for j in SEG_JOBS)]
-SEG_METRICS = {
-    d: [f"{j.path}/metrics.json" for j in SEG_JOBS if j.wc["dataset"] == d and is_paper_cell(j.wc)]
-    for d in SEG_DATASETS
-}
-SEG_MAIN_DATASETS = [d for d in SEG_DATASETS if SEG_METRICS[d]]
-SEG_PRIVATE_RUNS = [j.path for j in SEG_JOBS if j.wc["eps"] != "inf"]
-SEG_HAS = {
-    "sweep": any("-C" in j.wc["clip"] for j in SEG_JOBS),
-    "quantiles": any("-q" in j.wc["morph"] for j in SEG_JOBS),
-    "adaptive": any(
-        j.wc["morph"].startswith("adaptive") and j.wc["dataset"] == "duke" for j in SEG_JOBS
-    ),
-}
+SEG_RUNS = [job.path for job in SEG_JOBS]
+SEG_PRIVATE_RUNS = seg_spec.private_runs(SEG_JOBS)
+SEG_PAPER_METRICS = [
+    f for d in seg_spec.main_datasets(SEG_JOBS) for f in seg_spec.paper_metrics(SEG_JOBS, d)
+]
+SEG_PROCESSED = {d: f"data/processed/{d}" for d in seg_spec.datasets_of(SEG_JOBS)}
+SEG_DATA = [f for d in SEG_PROCESSED for f in processed_files(d)]
+SEG_REPORT = "../workflow/scripts/seg_report_output.py"
 
 
 rule seg_train:
     input:
         lambda wc: processed_files(wc.dataset),
     output:
-        metrics=f"{SEG_PATH}/metrics.json",
-        history=f"{SEG_PATH}/history.csv",
-        morph_log=f"{SEG_PATH}/morph_log.csv",
-        alignment=f"{SEG_PATH}/alignment.csv",
-        privacy=f"{SEG_PATH}/privacy.json",
-        model=f"{SEG_PATH}/model.pt",
+        **{name.partition(".")[0]: f"{SEG.path}/{name}" for name in SEG.run_files},
     wildcard_constraints:
-        dataset="duke|umn|covidct",
+        **SEG.patterns,
     params:
         processed=lambda wc: f"data/processed/{wc.dataset}",
         hp=lambda wc: GRID.params("seg", wc),
         seed=lambda wc: job_seed("seg", wc),
         device=config["device"],
     log:
-        "logs/seg_train/{dataset}/{model}/{clip}/{morph}/eps{eps}/seed{seed}.log",
+        SEG.log("seg_train"),
     benchmark:
-        "benchmarks/seg_train/{dataset}/{model}/{clip}/{morph}/eps{eps}/seed{seed}.tsv"
+        SEG.log("seg_train", "tsv")
     threads: TRAIN_THREADS
     resources:
         gpu=GPU,
@@ -66,20 +56,20 @@ rule seg_train:
 rule seg_attack:
     input:
         data=lambda wc: processed_files(wc.dataset),
-        model=f"{SEG_PATH}/model.pt",
+        model=f"{SEG.path}/model.pt",
     output:
-        attack=f"{SEG_PATH}/attack.json",
+        attack=f"{SEG.path}/{seg_spec.ATTACK_FILE}",
     wildcard_constraints:
-        dataset="duke|umn|covidct",
+        **SEG.patterns,
     params:
         processed=lambda wc: f"data/processed/{wc.dataset}",
         hp=lambda wc: GRID.params("seg", wc),
         seed=lambda wc: job_seed("seg", wc),
         device=config["device"],
     log:
-        "logs/seg_attack/{dataset}/{model}/{clip}/{morph}/eps{eps}/seed{seed}.log",
+        SEG.log("seg_attack"),
     benchmark:
-        "benchmarks/seg_attack/{dataset}/{model}/{clip}/{morph}/eps{eps}/seed{seed}.tsv"
+        SEG.log("seg_attack", "tsv")
     threads: TRAIN_THREADS
     resources:
         gpu=GPU,
@@ -93,254 +83,255 @@ rule seg_attack:
 
 rule seg_main_table:
     input:
-        lambda wc: SEG_METRICS[wc.dataset],
+        metrics_paths=lambda wc: seg_spec.paper_metrics(SEG_JOBS, wc.dataset),
     output:
-        reported("results/tables/seg_main_{dataset}", TAB, "seg_main", SEG_CAT, "Table 3"),
+        csv_path=reported("results/tables/seg_main_{dataset}", TAB, "seg_main", SEG_CAT, "Table 3"),
     wildcard_constraints:
-        dataset="duke|umn|covidct",
+        dataset=SEG.patterns["dataset"],
+    params:
+        writer="dpmed.seg.report.main:write_main_table",
+        dataset=lambda wc: wc.dataset,
     log:
         "logs/seg_main_table/{dataset}.log",
+    localrule: True
     conda:
         CONDA_ENV
     script:
-        "../workflow/scripts/seg_table.py"
+        SEG_REPORT
 
 
 rule seg_clipping_figure:
     input:
-        lambda wc: SEG_METRICS[wc.dataset],
+        metrics_paths=lambda wc: seg_spec.paper_metrics(SEG_JOBS, wc.dataset),
     output:
-        reported("results/figures/seg_{fig}_{dataset}", FIG, "seg_clipping", SEG_CAT, "Figs. 3-5"),
+        png_path=reported(
+            "results/figures/seg_{fig}_{dataset}", FIG, "seg_clipping", SEG_CAT, "Figs. 3-5"
+        ),
     wildcard_constraints:
-        fig="fig3|fig4|fig5",
-        dataset="duke|umn|covidct",
+        fig="|".join(seg_spec.DATASET_FIGURE.values()),
+        dataset=SEG.patterns["dataset"],
+    params:
+        writer="dpmed.seg.report.main:clipping_figure",
+        dataset=lambda wc: wc.dataset,
     log:
         "logs/seg_clipping_figure/{fig}_{dataset}.log",
+    localrule: True
     conda:
         CONDA_ENV
     script:
-        "../workflow/scripts/seg_figure.py"
+        SEG_REPORT
 
 
 rule seg_training_time_figure:
     input:
-        [f for d in SEG_MAIN_DATASETS for f in SEG_METRICS[d]],
+        metrics_paths=SEG_PAPER_METRICS,
     output:
-        reported("results/measured/seg_fig8_training_time", FIG, "seg_fig8", SEG_CAT, "Fig. 8"),
+        png_path=reported(
+            "results/measured/seg_fig8_training_time", FIG, "seg_fig8", SEG_CAT, "Fig. 8"
+        ),
+    params:
+        writer="dpmed.seg.report.main:training_time_figure",
     log:
         "logs/seg_training_time_figure.log",
+    localrule: True
     conda:
         CONDA_ENV
     script:
-        "../workflow/scripts/seg_time_figure.py"
+        SEG_REPORT
 
 
 rule seg_examples_figure:
     input:
-        [f for d in SEG_DATASETS for f in processed_files(d)],
+        SEG_DATA,
     output:
-        reported("results/figures/seg_fig1_examples", FIG, "seg_fig1", SEG_CAT, "Fig. 1"),
+        png_path=reported("results/figures/seg_fig1_examples", FIG, "seg_fig1", SEG_CAT, "Fig. 1"),
     params:
-        processed={d: f"data/processed/{d}" for d in SEG_DATASETS},
+        writer="dpmed.seg.report.visual:examples_figure",
+        processed_dirs=SEG_PROCESSED,
     log:
         "logs/seg_examples_figure.log",
+    localrule: True
     conda:
         CONDA_ENV
     script:
-        "../workflow/scripts/seg_examples_figure.py"
+        SEG_REPORT
 
 
 rule seg_lr_clip_figure:
     input:
-        metrics=[f"{run}/metrics.json" for run in SEG_RUNS],
+        metrics_paths=[f"{run}/metrics.json" for run in SEG_RUNS],
     output:
-        figure=reported("results/figures/seg_fig2_lr_clip", FIG, "seg_fig2", SEG_CAT, "Fig. 2"),
-        table=reported("results/tables/seg_fig2_lr_clip", TAB, "seg_fig2_table", SEG_CAT, "Fig. 2"),
+        png_path=reported("results/figures/seg_fig2_lr_clip", FIG, "seg_fig2", SEG_CAT, "Fig. 2"),
+        csv_path=reported("results/tables/seg_fig2_lr_clip", TAB, "seg_fig2_table", SEG_CAT, "Fig. 2"),
+    params:
+        writer="dpmed.seg.report.ablation:lr_clip_report",
     log:
         "logs/seg_lr_clip_figure.log",
+    localrule: True
     conda:
         CONDA_ENV
     script:
-        "../workflow/scripts/seg_lr_clip_figure.py"
+        SEG_REPORT
 
 
 rule seg_visual_figure:
     input:
-        data=[f for d in SEG_DATASETS for f in processed_files(d)],
-        models=[f"{run}/model.pt" for run in SEG_RUNS],
+        SEG_DATA,
+        model_paths=[f"{run}/model.pt" for run in SEG_RUNS],
     output:
-        reported("results/figures/seg_fig6_visual", FIG, "seg_fig6", SEG_CAT, "Fig. 6"),
+        png_path=reported("results/figures/seg_fig6_visual", FIG, "seg_fig6", SEG_CAT, "Fig. 6"),
     params:
-        processed={d: f"data/processed/{d}" for d in SEG_DATASETS},
-        hp={j.path: j.params for j in SEG_JOBS},
+        writer="dpmed.seg.report.visual:visual_figure",
+        processed=SEG_PROCESSED,
     log:
         "logs/seg_visual_figure.log",
+    localrule: True
     conda:
         CONDA_ENV
     script:
-        "../workflow/scripts/seg_visual_figure.py"
+        SEG_REPORT
 
 
 rule seg_morph_effect_figure:
     input:
-        data=[f for d in SEG_DATASETS for f in processed_files(d)],
-        models=[f"{run}/model.pt" for run in SEG_RUNS],
+        SEG_DATA,
+        model_paths=[f"{run}/model.pt" for run in SEG_RUNS],
     output:
-        reported("results/figures/seg_fig10_morph_effect", FIG, "seg_fig10", SEG_CAT, "Fig. 10"),
+        png_path=reported(
+            "results/figures/seg_fig10_morph_effect", FIG, "seg_fig10", SEG_CAT, "Fig. 10"
+        ),
     params:
-        processed={d: f"data/processed/{d}" for d in SEG_DATASETS},
-        hp={j.path: j.params for j in SEG_JOBS},
+        writer="dpmed.seg.report.visual:morph_effect_figure",
+        processed=SEG_PROCESSED,
     log:
         "logs/seg_morph_effect_figure.log",
+    localrule: True
     conda:
         CONDA_ENV
     script:
-        "../workflow/scripts/seg_morph_effect_figure.py"
+        SEG_REPORT
 
 
 rule seg_alignment_figure:
     input:
-        alignment=[f"{run}/alignment.csv" for run in SEG_PRIVATE_RUNS],
+        alignment_paths=[f"{run}/alignment.csv" for run in SEG_PRIVATE_RUNS],
     output:
-        reported("results/figures/seg_fig7_alignment", FIG, "seg_fig7", SEG_CAT, "Fig. 7"),
+        png_path=reported("results/figures/seg_fig7_alignment", FIG, "seg_fig7", SEG_CAT, "Fig. 7"),
+    params:
+        writer="dpmed.seg.report.alignment:alignment_figure",
     log:
         "logs/seg_alignment_figure.log",
+    localrule: True
     conda:
         CONDA_ENV
     script:
-        "../workflow/scripts/seg_alignment_figure.py"
+        SEG_REPORT
 
 
 rule seg_attack_report:
     input:
-        attack=[f"{run}/attack.json" for run in SEG_RUNS],
+        attack_paths=[f"{run}/{seg_spec.ATTACK_FILE}" for run in SEG_RUNS],
     output:
-        figure=reported("results/figures/seg_fig9_attack", FIG, "seg_fig9", SEG_CAT, "Fig. 9"),
-        table=reported("results/tables/seg_attack", TAB, "seg_attack", SEG_CAT, "Fig. 9"),
+        png_path=reported("results/figures/seg_fig9_attack", FIG, "seg_fig9", SEG_CAT, "Fig. 9"),
+        csv_path=reported("results/tables/seg_attack", TAB, "seg_attack", SEG_CAT, "Fig. 9"),
+    params:
+        writer="dpmed.seg.report.attack:attack_report",
     log:
         "logs/seg_attack_report.log",
+    localrule: True
     conda:
         CONDA_ENV
     script:
-        "../workflow/scripts/seg_attack_figure.py"
+        SEG_REPORT
 
 
 rule seg_adaptive_figure:
     input:
-        metrics=[f"{run}/metrics.json" for run in SEG_RUNS],
+        metrics_paths=[f"{run}/metrics.json" for run in SEG_RUNS],
     output:
-        reported("results/figures/seg_fig11_adaptive", FIG, "seg_fig11", SEG_CAT, "Fig. 11"),
+        png_path=reported(
+            "results/figures/seg_fig11_adaptive", FIG, "seg_fig11", SEG_CAT, "Fig. 11"
+        ),
+    params:
+        writer="dpmed.seg.report.adaptive:adaptive_figure",
     log:
         "logs/seg_adaptive_figure.log",
+    localrule: True
     conda:
         CONDA_ENV
     script:
-        "../workflow/scripts/seg_adaptive_figure.py"
+        SEG_REPORT
 
 
 rule seg_layer_figure:
     input:
-        history=[f"{run}/history.csv" for run in SEG_RUNS],
-        morph_log=[f"{run}/morph_log.csv" for run in SEG_RUNS],
+        [f"{run}/{name}" for run in SEG_RUNS for name in ("history.csv", "morph_log.csv")],
     output:
-        reported("results/figures/seg_fig12_layers", FIG, "seg_fig12", SEG_CAT, "Fig. 12"),
+        png_path=reported("results/figures/seg_fig12_layers", FIG, "seg_fig12", SEG_CAT, "Fig. 12"),
+    params:
+        writer="dpmed.seg.report.adaptive:layer_figure",
+        run_dirs=SEG_RUNS,
     log:
         "logs/seg_layer_figure.log",
+    localrule: True
     conda:
         CONDA_ENV
     script:
-        "../workflow/scripts/seg_layer_figure.py"
+        SEG_REPORT
 
 
 rule seg_rule_table:
     output:
-        reported("results/tables/seg_table1_clip_rules", TAB, "seg_table1", SEG_CAT, "Table 1"),
+        csv_path=reported(
+            "results/tables/seg_table1_clip_rules", TAB, "seg_table1", SEG_CAT, "Table 1"
+        ),
+    params:
+        writer="dpmed.seg.report.privacy:write_clip_rule_table",
     log:
         "logs/seg_rule_table.log",
+    localrule: True
     conda:
         CONDA_ENV
     script:
-        "../workflow/scripts/seg_rule_table.py"
+        SEG_REPORT
 
 
 rule seg_quantile_table:
     input:
-        metrics=[f"{run}/metrics.json" for run in SEG_RUNS],
+        metrics_paths=[f"{run}/metrics.json" for run in SEG_RUNS],
     output:
-        reported("results/tables/seg_table2_quantiles", TAB, "seg_table2", SEG_CAT, "Table 2"),
+        csv_path=reported(
+            "results/tables/seg_table2_quantiles", TAB, "seg_table2", SEG_CAT, "Table 2"
+        ),
     params:
+        writer="dpmed.seg.report.ablation:write_quantile_table",
         quantiles=config["seg"]["defaults"]["quantiles"],
     log:
         "logs/seg_quantile_table.log",
+    localrule: True
     conda:
         CONDA_ENV
     script:
-        "../workflow/scripts/seg_quantile_table.py"
+        SEG_REPORT
 
 
 rule seg_privacy_table:
     input:
-        privacy=[f"{run}/privacy.json" for run in SEG_RUNS],
+        privacy_paths=[f"{run}/privacy.json" for run in SEG_RUNS],
     output:
-        reported("results/tables/seg_privacy", TAB, "seg_privacy", SEG_CAT, "sound vs paper"),
+        csv_path=reported("results/tables/seg_privacy", TAB, "seg_privacy", SEG_CAT, "sound vs paper"),
+    params:
+        writer="dpmed.seg.report.privacy:write_seg_privacy_table",
     log:
         "logs/seg_privacy_table.log",
+    localrule: True
     conda:
         CONDA_ENV
     script:
-        "../workflow/scripts/seg_privacy_table.py"
-
-
-SEG_TARGETS = (
-    [f"{run}/{name}" for run in SEG_RUNS for name in (*SEG_RUN_FILES, "attack.json")]
-    + [f"results/tables/seg_main_{d}.csv" for d in SEG_MAIN_DATASETS]
-    + [f"results/figures/{SEG_FIGURES[d]}.png" for d in SEG_MAIN_DATASETS]
-    + (
-        [
-            "results/measured/seg_fig8_training_time.png",
-            "results/figures/seg_fig1_examples.png",
-            "results/figures/seg_fig6_visual.png",
-            "results/figures/seg_fig9_attack.png",
-            "results/figures/seg_fig10_morph_effect.png",
-            "results/tables/seg_table1_clip_rules.csv",
-        ]
-        if SEG_MAIN_DATASETS
-        else []
-    )
-    + (
-        ["results/figures/seg_fig7_alignment.png", "results/tables/seg_privacy.csv"]
-        if SEG_PRIVATE_RUNS
-        else []
-    )
-    + (["results/figures/seg_fig2_lr_clip.png"] if SEG_HAS["sweep"] else [])
-    + (["results/tables/seg_table2_quantiles.csv"] if SEG_HAS["quantiles"] else [])
-    + (
-        ["results/figures/seg_fig11_adaptive.png", "results/figures/seg_fig12_layers.png"]
-        if SEG_HAS["adaptive"]
-        else []
-    )
-)
-STUDY_TARGETS.extend(SEG_TARGETS)
+        SEG_REPORT
 
 
 rule seg_results:
     input:
-        SEG_TARGETS,
-
-
-localrules:
-    seg_main_table,
-    seg_clipping_figure,
-    seg_training_time_figure,
-    seg_examples_figure,
-    seg_lr_clip_figure,
-    seg_visual_figure,
-    seg_morph_effect_figure,
-    seg_alignment_figure,
-    seg_attack_report,
-    seg_adaptive_figure,
-    seg_layer_figure,
-    seg_rule_table,
-    seg_quantile_table,
-    seg_privacy_table,
-    seg_results,
+        SEG.targets(SEG_JOBS),
+    localrule: True

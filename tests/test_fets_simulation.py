@@ -1,4 +1,5 @@
-"""The fets federation end to end on tiny synthetic FeTS data: outputs, learning, resume."""
+"""The fets federation end to end on tiny synthetic FeTS data: outputs, learning, resume, and a
+toy aggregator registered for one test."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ import pytest
 
 from dpmed.data import fets
 from dpmed.data.synthetic import fets as synthetic_fets
-from dpmed.fets import run as simulation
+from dpmed.fets.aggregation import AGGREGATORS, register_aggregator
 from dpmed.fets.brats import subject_scores
-from dpmed.runtime import load_checkpoint
+from dpmed.fets.report import table2
+from dpmed.fets.run import run
+from dpmed.fets.spec import RUN_FILES, SPEC
+from dpmed.models import load_model
+from dpmed.runtime import Checkpoint, JobContext
 
 PARAMS = {
     "rounds": 3, "participation": 0.2, "selection": "sliding_window", "local_epochs": 1,
@@ -39,6 +44,10 @@ class Killed(Exception):
     pass
 
 
+def _job(processed: Path, out: Path, wildcards=WILDCARDS, params=PARAMS, seed=11) -> JobContext:
+    return JobContext(processed, out, wildcards, params, seed, device="cpu", threads=1)
+
+
 def test_subject_scores_by_hand():
     truth = np.array([0, 1, 2, 4, 4, 0])
     pred = np.array([0, 1, 1, 4, 0, 0])
@@ -53,34 +62,40 @@ def test_subject_scores_by_hand():
 
 def test_killed_run_resumes_to_the_uninterrupted_result(processed, tmp_path, monkeypatch):
     whole = tmp_path / "whole"
-    simulation.run(processed, whole, WILDCARDS, PARAMS, seed=11, device="cpu", threads=1)
+    run(_job(processed, whole))
 
-    real_save = simulation.save_checkpoint
+    real_save = Checkpoint.save
 
-    def save_then_die(path, state):  # noqa: E306
-        real_save(path, state)
+    def save_then_die(self, state):  # noqa: E306
+        real_save(self, state)
         if state["round"] == 2:
             raise Killed
 
     part = tmp_path / "part"
-    monkeypatch.setattr(simulation, "save_checkpoint", save_then_die)
+    monkeypatch.setattr(Checkpoint, "save", save_then_die)
     with pytest.raises(Killed):
-        simulation.run(processed, part, WILDCARDS, PARAMS, seed=11, device="cpu", threads=1)
-    assert not (part / "rounds.csv").exists()
-    monkeypatch.setattr(simulation, "save_checkpoint", real_save)
-    simulation.run(processed, part, WILDCARDS, PARAMS, seed=11, device="cpu", threads=1)
+        run(_job(processed, part))
+    assert not (part / "rounds.csv").exists() and (part / "checkpoint.pt").exists()
+    monkeypatch.setattr(Checkpoint, "save", real_save)
+    run(_job(processed, part))
 
     for name in ("rounds.csv", "selection.csv", "metrics.json", "privacy.json"):
         assert (part / name).read_bytes() == (whole / name).read_bytes(), name
-    a, b = load_checkpoint(whole / "checkpoint.pt"), load_checkpoint(part / "checkpoint.pt")
-    assert a["state"].keys() == b["state"].keys()
-    assert all(a["state"][k].tobytes() == b["state"][k].tobytes() for k in a["state"])
+    a, b = load_model(whole / "model.pt").state_dict(), load_model(part / "model.pt").state_dict()
+    assert a.keys() == b.keys()
+    assert all(a[k].numpy().tobytes() == b[k].numpy().tobytes() for k in a)
     assert json.loads((part / "resources.json").read_text())["attempts"] == 2
+    # The checkpoint goes once the outputs exist: a rerun of a finished job starts afresh.
+    assert not (part / "checkpoint.pt").exists()
+    run(_job(processed, part))
+    assert json.loads((part / "resources.json").read_text())["attempts"] == 1
+    assert (part / "rounds.csv").read_bytes() == (whole / "rounds.csv").read_bytes()
 
 
 def test_outputs_and_privacy_of_a_sound_run(processed, tmp_path):
     wc = {"aggregator": "dp_fedavg", "dpmode": "sound", "eps": "1", "seed": "0"}
-    metrics = simulation.run(processed, tmp_path, wc, PARAMS, seed=3, device="cpu", threads=1)
+    metrics = run(_job(processed, tmp_path, wc, seed=3))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(RUN_FILES)
     rounds = pd.read_csv(tmp_path / "rounds.csv")
     assert rounds["round"].tolist() == [0, 1, 2, 3]
     assert (rounds["mechanisms"].iloc[1:] == 1).all()
@@ -111,3 +126,28 @@ def test_hd95_rules_and_value():
     assert empty["hd95_WT"] == pytest.approx(np.linalg.norm(a.shape))
     none = subject_scores(np.zeros_like(a, int), np.zeros_like(a, int), with_hd95=True)
     assert none["hd95_TC"] == 0.0
+
+
+def test_a_registered_toy_aggregator_runs_end_to_end(processed, tmp_path, monkeypatch):
+    """A coordinate-wise median registered for this test only: grid validity, server, privacy
+    record and report all take it from the registry."""
+
+    @register_aggregator("median", "none", label="Median", order=5)
+    def median_rule(local, tensor_name, cfg):
+        return np.median(np.stack([t.tensor for t in local]), axis=0).astype(local[0].tensor.dtype)
+
+    try:
+        # Patterns are built when the spec is imported; a toy entry extends them by hand.
+        monkeypatch.setitem(SPEC.patterns, "aggregator", AGGREGATORS.pattern())
+        wc = {"aggregator": "median", "dpmode": "none", "eps": "inf", "seed": "0"}
+        assert SPEC.invalid(wc) is None
+        assert SPEC.invalid({**wc, "dpmode": "sound", "eps": "1"}) is not None
+        folder = tmp_path / SPEC.path.format(**wc)
+        metrics = run(_job(processed, folder, wc, dict(PARAMS, rounds=1), seed=2))
+        assert metrics["aggregator"] == "median" and metrics["guarantee"] == "none"
+        privacy = json.loads((folder / "privacy.json").read_text())
+        assert privacy["mechanism"] == "none (median, no noise)"
+        assert table2([folder], tmp_path / "table2.csv")["method"].tolist() == ["Median"]
+    finally:
+        AGGREGATORS.remove("median")
+    assert "median" not in AGGREGATORS

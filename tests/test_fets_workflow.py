@@ -39,7 +39,8 @@ def test_every_run_wrote_its_files(smoke):
         assert len(pd.read_csv(folder / "selection.csv")) == 6 * SMOKE["rounds"]
         for name in ("metrics.json", "privacy.json", "resources.json"):
             json.loads((folder / name).read_text())
-        assert (folder / "checkpoint.pt").is_file()
+        # The final model is an output; the checkpoint is removed once the outputs exist.
+        assert (folder / "model.pt").is_file() and not (folder / "checkpoint.pt").exists()
 
 
 def test_privacy_records(smoke):
@@ -79,6 +80,6 @@ def test_tables_have_the_expected_rows(smoke):
 
 
 def test_figures_exist(smoke):
-    for name in ("fets_fig3_selection", "fets_fig4_rounds"):
+    for name in ("fets_fig1_patients_per_institution", "fets_fig3_selection", "fets_fig4_rounds"):
         for ext in (".png", ".pdf"):
             assert (smoke / "results/figures" / f"{name}{ext}").stat().st_size > 1000

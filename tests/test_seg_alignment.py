@@ -12,16 +12,15 @@ import pytest
 import torch
 from conftest import noise_free_dp_step
 from PIL import Image
-from test_seg_train import PARAMS, duke, wildcards  # noqa: F401 (duke is a fixture)
+from test_seg_train import PARAMS, duke, train, wildcards  # noqa: F401 (duke is a fixture)
 from torch.utils.data import TensorDataset
 
 from dpmed.models import build_model
-from dpmed.privacy.clipping import PRIVATE_RULES, ClipRule
+from dpmed.privacy.clipping import ClipRule, private_rules
 from dpmed.privacy.dpsgd import ScaledPrivacyEngine
 from dpmed.seg.alignment import ALIGNMENT_COLUMNS
 from dpmed.seg.losses import per_sample_loss
 from dpmed.seg.report.alignment import alignment_figure
-from dpmed.seg.run import train_seg
 
 
 @pytest.fixture(autouse=True)
@@ -66,7 +65,7 @@ def test_flat_without_clipping_is_exactly_aligned(mode):
 
 
 @pytest.mark.parametrize("mode", ["hooks", "functorch", "ghost"])
-@pytest.mark.parametrize("name", PRIVATE_RULES)
+@pytest.mark.parametrize("name", private_rules())
 def test_cosine_equals_brute_force_on_materialised_gradients(name, mode):
     net = _tiny_net(torch.float64)
     x, y = _batch(torch.float64)
@@ -111,7 +110,7 @@ def test_empty_batch_has_no_alignment():
 def test_train_writes_one_row_per_non_empty_step(duke, tmp_path):  # noqa: F811
     # expected batch size 1: some Poisson batches are empty (noise-only steps, no row)
     params = PARAMS | {"epochs": 2, "depth": 2, "width": 4, "batch_size": 1}
-    metrics = train_seg(duke, tmp_path, wildcards(clip="nsgd", eps="20"), params, 3, "cpu", 1)
+    metrics = train(duke, tmp_path, wildcards(clip="nsgd", eps="20"), params, 3)
     steps = pd.read_csv(tmp_path / "alignment.csv")
     assert list(steps.columns) == ALIGNMENT_COLUMNS
     per_epoch = metrics["n_train"]
@@ -126,7 +125,7 @@ def test_train_writes_one_row_per_non_empty_step(duke, tmp_path):  # noqa: F811
 
 def test_non_private_run_writes_the_header_only(duke, tmp_path):  # noqa: F811
     params = PARAMS | {"epochs": 1, "depth": 2, "width": 4}
-    train_seg(duke, tmp_path, wildcards(), params, 0, "cpu", 1)
+    train(duke, tmp_path, wildcards(), params, 0)
     text = (tmp_path / "alignment.csv").read_text()
     assert text == ",".join(ALIGNMENT_COLUMNS) + "\n"
 

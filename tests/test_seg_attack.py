@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import SEG_PARAMS
 from scipy.stats import mannwhitneyu
+from test_seg_train import job, train
 
 from dpmed.io import write_json, write_npz
 from dpmed.metrics import membership as mi
@@ -22,7 +23,6 @@ from dpmed.seg.inference import load_run_model
 from dpmed.seg.losses import per_sample_loss
 from dpmed.seg.morphology import parse_morph
 from dpmed.seg.report.attack import attack_report
-from dpmed.seg.run import train_seg
 
 # Hand-made example (scores = −loss). Members M = [4, 3, 3, 1], non-members N = [3, 2, 0, 0].
 M, N = [4.0, 3.0, 3.0, 1.0], [3.0, 2.0, 0.0, 0.0]
@@ -144,7 +144,7 @@ def _processed(folder, n_classes: int) -> str:
 def _independent_losses(run_dir, processed, dataset, morph, batch):
     """Per-image losses of the held-out images, recomputed here from the saved model."""
     data = load_seg_data(processed, dataset)
-    net = load_run_model(run_dir, HP, "cpu")
+    net = load_run_model(run_dir, "cpu")
     spec = parse_morph(morph, (20.0, 85.0))
     losses = []
     with torch.no_grad():
@@ -160,8 +160,8 @@ def test_run_attack_on_a_tiny_trained_run(tmp_path):
     processed = _processed(tmp_path / "processed", 2)
     wc = dict(dataset="umn", model="unet", clip="none", morph="open-k3", eps="inf", seed="0")
     run = tmp_path / "run"
-    train_seg(processed, run, wc, HP, 3, "cpu", 1)
-    result = run_attack(processed, run, wc, HP, 3, "cpu", 1)
+    train(processed, run, wc, HP, 3)
+    result = run_attack(job(processed, run, wc, HP, 3))
     first = (run / "attack.json").read_bytes()
     assert json.loads(first) == result
     keys = {"auc", "balanced_accuracy", "threshold", "advantage", "tpr_at_fpr_1pct"}
@@ -181,7 +181,7 @@ def test_run_attack_on_a_tiny_trained_run(tmp_path):
     # every held-out image is used, so their mean loss is that of an independent recomputation
     expected = _independent_losses(run, processed, "umn", "open-k3", 7).mean()
     assert result["mean_loss"]["nonmembers"] == pytest.approx(expected, rel=1e-5)
-    run_attack(processed, run, wc, HP, 3, "cpu", 1)
+    run_attack(job(processed, run, wc, HP, 3))
     assert (run / "attack.json").read_bytes() == first  # deterministic
 
 
@@ -194,7 +194,7 @@ def test_adaptive_batch_scope_is_scored_image_by_image(tmp_path):
     run.mkdir()
     save_model(run / "model.pt", "unet", arguments, net)
     wc = dict(dataset="duke", model="unet", clip="flat", morph="adaptive-v1", eps="50", seed="0")
-    result = run_attack(processed, run, wc, HP, 0, "cpu", 1)
+    result = run_attack(job(processed, run, wc, HP, 0))
     assert result["scoring_batch_size"] == 1
     expected = _independent_losses(run, processed, "duke", "adaptive-v1", 1).mean()
     assert result["mean_loss"]["nonmembers"] == pytest.approx(expected, rel=1e-6)

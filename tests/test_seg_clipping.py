@@ -1,5 +1,5 @@
 """Clipping rules inside Opacus: summed gradient vs a brute-force loop, norm bound, noise std,
-accounting (REFERENCE.md §2, paper 002 Table 1)."""
+accounting (paper 002 Table 1), and a toy rule registered in one place running a real DP step."""
 
 from __future__ import annotations
 
@@ -16,11 +16,20 @@ from torch.utils.data import TensorDataset
 
 from dpmed.models import build_model
 from dpmed.privacy import accounting
-from dpmed.privacy.clipping import PRIVATE_RULES, ClipRule
+from dpmed.privacy.clipping import (
+    CLIP_RULES,
+    ClipRule,
+    paper_column_order,
+    private_rules,
+    register_clip_rule,
+    report_order,
+)
 from dpmed.privacy.dpsgd import ScaledDPOptimizer, ScaledPrivacyEngine, resolve_grad_sample_mode
 from dpmed.seg.losses import per_sample_loss
+from dpmed.seg.report.privacy import clip_rule_table
 
 C, GAMMA, R = 0.7, 0.01, 0.1
+PRIVATE_RULES = private_rules()
 
 
 def formula(name: str, n: float, c: float = C) -> float:
@@ -79,9 +88,10 @@ def _batch() -> tuple[torch.Tensor, torch.Tensor]:
     return x, torch.randint(0, 3, (5, 8, 8), generator=g)
 
 
-@pytest.mark.parametrize("mode", ["hooks", "functorch", "ghost"])
-@pytest.mark.parametrize("name", PRIVATE_RULES)
-def test_summed_gradient_equals_brute_force_loop(name, mode):
+def _check_against_brute_force(name: str, factor, mode: str) -> None:
+    """One noise-free DP step of clip rule `name` through Opacus equals the mean over samples
+    of factor(‖g_i‖, C)·g_i from one autograd pass per sample; C splits the norms (flat clips
+    some samples and leaves others)."""
     net = _tiny_net()
     x, y = _batch()
     per_sample = []
@@ -91,17 +101,66 @@ def test_summed_gradient_equals_brute_force_loop(name, mode):
         per_sample.append([p.grad.clone() for p in net.parameters()])
     norms = [math.sqrt(sum(float((g**2).sum()) for g in grads)) for grads in per_sample]
     ranked = sorted(norms)
-    clip = (ranked[1] + ranked[2]) / 2  # flat clips some samples and leaves others
+    clip = (ranked[1] + ranked[2]) / 2
     rule = ClipRule(name, clip_norm=clip, gamma=GAMMA, r=R)
     expected = [
-        sum(formula(name, n, clip) * grads[j] for n, grads in zip(norms, per_sample, strict=True))
-        / len(x)
+        sum(factor(n, clip) * grads[j] for n, grads in zip(norms, per_sample, strict=True)) / len(x)
         for j in range(len(per_sample[0]))
     ]
     net.zero_grad()
     noise_free_dp_step(net, x, y, rule, mode)
     for p, e in zip(net.parameters(), expected, strict=True):
         torch.testing.assert_close(p.grad, e, atol=1e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["hooks", "functorch", "ghost"])
+@pytest.mark.parametrize("name", PRIVATE_RULES)
+def test_summed_gradient_equals_brute_force_loop(name, mode):
+    _check_against_brute_force(name, lambda n, clip: formula(name, n, clip), mode)
+
+
+def test_registry_orders_and_names():
+    assert CLIP_RULES.names() == ("none", "flat", "nsgd", "autos", "psac")
+    assert report_order() == ("none", "flat", "autos", "nsgd", "psac")
+    assert paper_column_order(baseline_first=True) == ("none", "autos", "flat", "nsgd", "psac")
+    assert paper_column_order(baseline_first=False) == ("autos", "flat", "nsgd", "psac", "none")
+    assert PRIVATE_RULES == ("flat", "nsgd", "autos", "psac")
+    with pytest.raises(ValueError, match="unknown clip rule 'half' .known: none, flat"):
+        ClipRule("half")
+
+
+@pytest.mark.parametrize("mode", ["hooks", "ghost"])
+def test_a_fifth_rule_is_one_registration(mode):
+    """A toy rule "half" (s(n) = min(1, C/n)/2, so n·s(n) ≤ C/2) registered in one place: it
+    drives a real DP step equal to the brute-force sum, gets its Table 1 row and its place in
+    the report orders, and is gone after `CLIP_RULES.remove`."""
+
+    @register_clip_rule(
+        "half",
+        label="Half",
+        rank=5,
+        paper_column=5,
+        formula="min(1, C/n)/2",
+        hard_clip=False,
+        constants=(),
+        paper_mechanism="min(1, C/‖g_i‖)/2",
+        limitation="halves every step",
+        reference="this test",
+    )
+    def half(norms, rule):
+        c = rule.clip_norm
+        return c / norms.where(norms > c, norms.new_full(norms.shape, c)) / 2
+
+    try:
+        assert ClipRule("half").bounded and "half" in private_rules()
+        assert report_order()[-1] == "half" and paper_column_order(False)[-2:] == ("half", "none")
+        _check_against_brute_force("half", lambda n, clip: min(1.0, clip / n) / 2, mode)
+        row = clip_rule_table().iloc[-1]
+        assert (row["rule"], row["label"], row["sensitivity"]) == ("half", "Half", "C")
+        assert row["scale_factor"] == "s(n) = min(1, C/n)/2"
+    finally:
+        CLIP_RULES.remove("half")
+    assert "half" not in CLIP_RULES and "half" not in private_rules()
 
 
 @pytest.mark.parametrize("name", PRIVATE_RULES)

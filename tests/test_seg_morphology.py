@@ -8,8 +8,7 @@ import pytest
 import torch
 from scipy import ndimage
 
-from dpmed.seg.morphology import (
-    OPERATIONS,
+from dpmed.seg.morph_ops import (
     apply_morph,
     assign,
     both,
@@ -17,9 +16,9 @@ from dpmed.seg.morphology import (
     dilate,
     erode,
     opening,
-    parse_morph,
     thickness,
 )
+from dpmed.seg.morphology import OPERATIONS, parse_morph
 
 
 def _grey(x: np.ndarray, op: str, k: int) -> np.ndarray:
@@ -51,11 +50,14 @@ def test_parse_morph():
     spec = parse_morph("close-k5")
     assert (spec.kind, spec.op, spec.k) == ("fixed", "close", 5)
     spec = parse_morph("adaptive-v2", (20, 85))
-    assert (spec.kind, spec.version, spec.quantiles) == ("adaptive", 2, (20.0, 85.0))
+    assert (spec.kind, spec.variant, spec.op, spec.quantiles) == (
+        "adaptive", "v2", "both", (20.0, 85.0)
+    )  # fmt: skip
     assert parse_morph("adaptive-v1-q25-80").quantiles == (25.0, 80.0)
     assert parse_morph("adaptive-v1").scope == "batch"
     spec = parse_morph("adaptive-v3-q30-70-s")
-    assert (spec.version, spec.quantiles, spec.scope) == (3, (30.0, 70.0), "sample")
+    assert (spec.variant, spec.quantiles, spec.scope) == ("v3", (30.0, 70.0), "sample")
+    assert spec.label == "adaptive-v3"
     with pytest.raises(ValueError):
         parse_morph("open-k3-s")  # the per-image suffix is for adaptive policies only
     with pytest.raises(ValueError, match="erode-k3"):
@@ -75,12 +77,13 @@ def test_thickness_counts_pixels_per_column():
     np.testing.assert_allclose(t[0].numpy(), [3, 1, 2, 4, 0, 5, 6, 7, 2])
 
 
-@pytest.mark.parametrize("version,thick_op", [(1, "open"), (2, "both"), (3, "close")])
-def test_adaptive_policy_assigns_documented_operations(version, thick_op):
+@pytest.mark.parametrize("variant,thick_op", [(1, "open"), (2, "both"), (3, "close")])
+def test_adaptive_policy_assigns_documented_operations(variant, thick_op):
     # retinal classes 1..7 with thicknesses 1, 4, 5, 6, 7, 8, 20: q20 = 4.6, q85 = 11.6
     # (linear interpolation) → class 1, 2 thin; 3..6 intermediate; 7 thick.
     rows = [2, 1, 4, 5, 6, 7, 8, 20, 3]
-    a = assign(thickness(_layered_logits(rows)), version, (20, 85), "batch")
+    assert parse_morph(f"adaptive-v{variant}").op == thick_op  # the registry's operation
+    a = assign(thickness(_layered_logits(rows)), thick_op, (20, 85), "batch")
     assert float(a.t_thin[0]) == pytest.approx(np.percentile([1, 4, 5, 6, 7, 8, 20], 20))
     assert float(a.t_thick[0]) == pytest.approx(np.percentile([1, 4, 5, 6, 7, 8, 20], 85))
     names = [OPERATIONS[c] if c >= 0 else None for c in a.codes[0].tolist()]
@@ -92,9 +95,9 @@ def test_batch_scope_uses_batch_means_and_sample_scope_each_image():
     other = _layered_logits([2, 20, 4, 5, 6, 7, 8, 1, 3])  # classes 1 and 7 swapped
     logits = torch.cat([thin, other])
     t = thickness(logits)
-    batch = assign(t, 1, (20, 85), "batch")
+    batch = assign(t, "open", (20, 85), "batch")
     assert torch.equal(batch.codes[0], batch.codes[1])  # one policy for the whole batch
-    sample = assign(t, 1, (20, 85), "sample")
+    sample = assign(t, "open", (20, 85), "sample")
     assert OPERATIONS[int(sample.codes[0, 1])] == "close"
     assert OPERATIONS[int(sample.codes[1, 1])] == "open"
     assert OPERATIONS[int(sample.codes[1, 7])] == "close"

@@ -14,16 +14,14 @@ from hypothesis import strategies as st
 from opacus.accountants import RDPAccountant
 from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 
-from dpmed.privacy.clipping import PRIVATE_RULES, RULE_INFO, RULES, SYMBOLS, ClipRule
+from dpmed.privacy.clipping import CLIP_RULES, SYMBOLS, ClipRule, private_rules
 from dpmed.privacy.record import PrivacyRecord
 from dpmed.report.privacy_summary import privacy_summary
 from dpmed.report.style import write_table
-from dpmed.seg.report.privacy import (
-    INFNET_STEPS_PER_BATCH,
-    NOT_DP,
-    clip_rule_table,
-    seg_privacy_table,
-)
+from dpmed.seg.privacy import INFNET_STEPS_PER_BATCH, NOT_DP
+from dpmed.seg.report.privacy import clip_rule_table, seg_privacy_table
+
+RULES, PRIVATE_RULES = CLIP_RULES.names(), private_rules()
 
 C, GAMMA, R = 0.7, 0.03, 0.2
 HAND = {
@@ -49,7 +47,7 @@ def evaluate(text: str, n: float, clip_rule: ClipRule) -> float:
 def test_table1_has_one_row_per_registered_rule():
     table = clip_rule_table(gamma=GAMMA, r=R)
     assert table["rule"].tolist() == list(RULES)
-    assert table["label"].tolist() == [RULE_INFO[name].label for name in RULES]
+    assert table["label"].tolist() == [CLIP_RULES[name].label for name in RULES]
     by_rule = table.set_index("rule")
     assert by_rule.loc["none", "sensitivity"] == "unbounded"
     assert (by_rule.loc[list(PRIVATE_RULES), "sensitivity"] == "C").all()
@@ -67,14 +65,14 @@ def test_formula_text_and_hand_formula_match_the_factors(name):
     got = clip_rule.factors(torch.tensor(NORMS, dtype=torch.float64)).tolist()
     for n, s in zip(NORMS, got, strict=True):
         assert s == pytest.approx(HAND[name](n), rel=1e-12)
-        assert s == pytest.approx(evaluate(RULE_INFO[name].factor, n, clip_rule), rel=1e-12)
+        assert s == pytest.approx(evaluate(CLIP_RULES[name].formula, n, clip_rule), rel=1e-12)
 
 
 @pytest.mark.parametrize("name", PRIVATE_RULES)
 def test_hard_clip_column_means_the_bound_c_is_reached(name):
     big = torch.tensor([10 * C, 1e3 * C], dtype=torch.float64)
     scaled = (big * rule(name).factors(big)).tolist()
-    if RULE_INFO[name].hard_clip:
+    if CLIP_RULES[name].hard_clip:
         assert scaled == pytest.approx([C, C], rel=1e-12)
     else:
         assert max(scaled) < C
@@ -87,7 +85,7 @@ def test_hard_clip_column_means_the_bound_c_is_reached(name):
     clip=st.floats(1e-2, 1e2),
 )
 def test_every_private_formula_keeps_n_times_s_at_most_c(name, n, clip):
-    assert n * evaluate(RULE_INFO[name].factor, n, rule(name, clip)) <= clip * (1 + 1e-12)
+    assert n * evaluate(CLIP_RULES[name].formula, n, rule(name, clip)) <= clip * (1 + 1e-12)
 
 
 def seg_record(clip: str, sigma: float, q: float, steps: int, clip_norm: float = 0.5):

@@ -1,10 +1,12 @@
 """seg training end to end in-process on synthetic Duke: learning signal, privacy record,
-resume after a kill gives the same result as an uninterrupted run."""
+resume after a kill gives the same result as an uninterrupted run. `train` is the seg runner
+(`dpmed.seg.run.run`) on a CPU JobContext; other seg tests import it."""
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -12,12 +14,24 @@ import torch
 import yaml
 from conftest import REPO, SEG_PARAMS
 
-import dpmed.seg.run as seg_train
+import dpmed.runtime
 from dpmed.data.stage import preprocess, synthesize
+from dpmed.errors import ConfigError
+from dpmed.runtime import CHECKPOINT, JobContext
 from dpmed.seg.data import load_seg_data
-from dpmed.seg.run import CHECKPOINT, train_seg
+from dpmed.seg.run import run
 
 PARAMS = SEG_PARAMS
+
+
+def job(processed, out, wc, params, seed=0) -> JobContext:
+    """A one-thread CPU seg job."""
+    return JobContext(Path(processed), Path(out), dict(wc), dict(params), seed, "cpu", 1)
+
+
+def train(processed, out, wc, params, seed=0) -> dict:
+    """Run (or resume) one seg job; its metrics."""
+    return run(job(processed, out, wc, params, seed))
 
 
 def wildcards(**kw: str) -> dict[str, str]:
@@ -40,7 +54,7 @@ def test_non_private_unet_learns_beyond_all_background(duke, tmp_path):
     # an all-background prediction has Dice 0 on every layer present in the ground truth
     assert all(bool((test.masks == c).any()) for c in data.eval_classes)
     params = PARAMS | {"epochs": 25, "lr": 0.01, "batch_size": 4}
-    metrics = train_seg(duke, tmp_path, wildcards(), params, 0, "cpu", 1)
+    metrics = train(duke, tmp_path, wildcards(), params, 0)
     assert metrics["dice"] > 0.5  # measured ≈ 0.7 (all-background: 0)
     history = pd.read_csv(tmp_path / "history.csv")
     assert list(history["epoch"]) == list(range(1, 26))
@@ -54,7 +68,7 @@ def test_non_private_unet_learns_beyond_all_background(duke, tmp_path):
 
 
 def test_private_run_records_both_accountants_within_target(duke, tmp_path):
-    metrics = train_seg(duke, tmp_path, wildcards(clip="psac", eps="20"), PARAMS, 0, "cpu", 1)
+    metrics = train(duke, tmp_path, wildcards(clip="psac", eps="20"), PARAMS, 0)
     privacy = json.loads((tmp_path / "privacy.json").read_text())
     assert privacy["guarantee"] == "dp" and privacy["sampling"] == "poisson"
     assert privacy["epsilon"] <= 20 + 0.01
@@ -69,14 +83,11 @@ def test_private_run_records_both_accountants_within_target(duke, tmp_path):
 
 
 def test_adaptive_batch_scope_is_labelled_and_logged(duke, tmp_path):
-    train_seg(
+    train(
         duke,
         tmp_path,
         wildcards(model="unetpp", clip="flat", morph="adaptive-v2", eps="50"),
         PARAMS,
-        0,
-        "cpu",
-        1,
     )
     privacy = json.loads((tmp_path / "privacy.json").read_text())
     assert privacy["guarantee"] == "paper-approximation" and privacy["reasons"]
@@ -89,7 +100,7 @@ def test_adaptive_batch_scope_is_labelled_and_logged(duke, tmp_path):
 
 def test_adaptive_per_image_scope_is_dp(duke, tmp_path):
     wc = wildcards(model="unet", clip="flat", morph="adaptive-v2-s", eps="50")
-    train_seg(duke, tmp_path, wc, PARAMS | {"epochs": 1}, 0, "cpu", 1)
+    train(duke, tmp_path, wc, PARAMS | {"epochs": 1}, 0)
     privacy = json.loads((tmp_path / "privacy.json").read_text())
     assert privacy["guarantee"] == "dp" and privacy["reasons"] == []
     assert len(pd.read_csv(tmp_path / "morph_log.csv")) > 0
@@ -98,21 +109,21 @@ def test_adaptive_per_image_scope_is_dp(duke, tmp_path):
 def test_killed_run_resumes_to_the_same_result(duke, tmp_path, monkeypatch):
     wc = wildcards(clip="flat", eps="30")
     params = PARAMS | {"epochs": 3}
-    reference = train_seg(duke, tmp_path / "ref", wc, params, 5, "cpu", 1)
+    reference = train(duke, tmp_path / "ref", wc, params, 5)
 
-    original = seg_train.save_checkpoint
+    original = dpmed.runtime.save_checkpoint
 
     def save_then_die(path, state):
         original(path, state)
         if state["epoch"] == 2:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(seg_train, "save_checkpoint", save_then_die)
+    monkeypatch.setattr(dpmed.runtime, "save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
-        train_seg(duke, tmp_path / "run", wc, params, 5, "cpu", 1)
+        train(duke, tmp_path / "run", wc, params, 5)
     assert (tmp_path / "run" / CHECKPOINT).exists()
-    monkeypatch.setattr(seg_train, "save_checkpoint", original)
-    resumed = train_seg(duke, tmp_path / "run", wc, params, 5, "cpu", 1)
+    monkeypatch.setattr(dpmed.runtime, "save_checkpoint", original)
+    resumed = train(duke, tmp_path / "run", wc, params, 5)
     for key in ("dice", "hd95", "mae", "val_dice"):
         assert resumed[key] == pytest.approx(reference[key], rel=1e-6)
     a = pd.read_csv(tmp_path / "ref" / "history.csv")
@@ -127,28 +138,38 @@ def test_killed_run_resumes_to_the_same_result(duke, tmp_path, monkeypatch):
 
 
 def test_checkpoint_of_another_configuration_is_not_resumed(duke, tmp_path, monkeypatch):
-    original = seg_train.save_checkpoint
+    original = dpmed.runtime.save_checkpoint
 
     def save_then_die(path, state):
         original(path, state)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(seg_train, "save_checkpoint", save_then_die)
+    monkeypatch.setattr(dpmed.runtime, "save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
-        train_seg(duke, tmp_path, wildcards(), PARAMS, 0, "cpu", 1)
-    monkeypatch.setattr(seg_train, "save_checkpoint", original)
-    train_seg(duke, tmp_path, wildcards(), PARAMS | {"lr": 0.002}, 0, "cpu", 1)
+        train(duke, tmp_path, wildcards(), PARAMS, 0)
+    monkeypatch.setattr(dpmed.runtime, "save_checkpoint", original)
+    train(duke, tmp_path, wildcards(), PARAMS | {"lr": 0.002}, 0)
     assert len(pd.read_csv(tmp_path / "history.csv")) == 2
 
 
 def test_sweep_suffix_of_the_clip_wildcard_names_the_rule(duke, tmp_path):
     params = PARAMS | {"epochs": 1, "clip_norm": 0.5, "lr": 0.001}
-    train_seg(duke, tmp_path, wildcards(clip="flat-C0.5-lr0.001", eps="20"), params, 0, "cpu", 1)
+    train(duke, tmp_path, wildcards(clip="flat-C0.5-lr0.001", eps="20"), params, 0)
     privacy = json.loads((tmp_path / "privacy.json").read_text())
     assert privacy["extra"]["clip_rule"] == "flat" and privacy["clip_norm"] == 0.5
 
 
+def test_adaptive_morph_needs_the_retinal_dataset(duke, tmp_path):
+    with pytest.raises(ConfigError, match="retinal layers of duke"):
+        train(
+            duke,
+            tmp_path,
+            wildcards(dataset="umn", morph="adaptive-v1", clip="flat", eps="8"),
+            PARAMS,
+        )
+
+
 def test_non_private_with_clip_rule_is_rejected(duke, tmp_path):
     with pytest.raises(Exception, match="eps"):
-        train_seg(duke, tmp_path, wildcards(clip="flat", eps="inf"), PARAMS, 0, "cpu", 1)
+        train(duke, tmp_path, wildcards(clip="flat", eps="inf"), PARAMS, 0)
     assert not math.isnan(PARAMS["lr"])

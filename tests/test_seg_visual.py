@@ -11,6 +11,7 @@ import pytest
 import torch
 import yaml
 from conftest import REPO, SEG_PARAMS
+from test_seg_train import train
 
 from dpmed.data.stage import preprocess, synthesize
 from dpmed.seg.morphology import parse_morph
@@ -23,7 +24,6 @@ from dpmed.seg.report.visual import (
     select_visual_runs,
     visual_figure,
 )
-from dpmed.seg.run import train_seg
 
 PARAMS = SEG_PARAMS | {"epochs": 1, "width": 4, "depth": 2}
 # (dataset, model, clip, morph, eps): a non-private and a private Duke run sharing a fixed
@@ -98,7 +98,7 @@ def test_example_is_the_image_with_most_classes_then_most_foreground():
 def table(rows: list[tuple]) -> pd.DataFrame:
     """A run table as `run_table` builds it, from (dataset, model, clip, morph, eps, seed)."""
     frame = pd.DataFrame(rows, columns=["dataset", "model", "clip", "morph", "eps", "seed"])
-    return frame.assign(run_dir=[f"run{i}" for i in range(len(rows))], hp=[{}] * len(rows))
+    return frame.assign(run_dir=[f"run{i}" for i in range(len(rows))])
 
 
 def test_visual_choice_model_morph_and_cells():
@@ -137,7 +137,7 @@ def test_morph_effect_choice_prefers_non_private_fixed():
         ]
     )
     chosen = select_morph_runs(runs, ["duke", "umn", "covidct"])
-    # duke: no non-private fixed run → flat comes before autos in CLIPS; umn: unet before
+    # duke: no non-private fixed run → flat comes before autos in report order; umn: unet before
     # infnet, then the morphology name (close-k3 < open-k5)
     assert list(chosen["run_dir"]) == ["run1", "run5"]
 
@@ -152,14 +152,13 @@ def tiny(tmp_path_factory) -> dict:
         synthesize(dataset, smoke[dataset], root / dataset / "raw")
         preprocess(dataset, smoke[dataset], root / dataset / "raw", root / dataset / "processed")
         processed[dataset] = str(root / dataset / "processed")
-    models, hp = [], {}
+    models = []
     for dataset, model, clip, morph, eps in RUNS:
         wc = dict(dataset=dataset, model=model, clip=clip, morph=morph, eps=eps, seed="0")
         run_dir = root / "results" / "seg" / dataset / model / clip / morph / f"eps{eps}" / "seed0"
-        train_seg(processed[dataset], run_dir, wc, PARAMS, 0, "cpu", 1)
+        train(processed[dataset], run_dir, wc, PARAMS, 0)
         models.append(str(run_dir / "model.pt"))
-        hp[str(run_dir)] = PARAMS
-    return {"processed": processed, "models": models, "hp": hp, "root": root}
+    return {"processed": processed, "models": models, "root": root}
 
 
 def render_twice(draw, tmp_path) -> None:
@@ -181,16 +180,14 @@ def test_examples_figure_is_deterministic(tiny, tmp_path):
 
 @pytest.mark.parametrize("figure", [visual_figure, morph_effect_figure])
 def test_run_figures_are_deterministic(tiny, tmp_path, figure):
-    render_twice(lambda png: figure(tiny["models"], tiny["processed"], tiny["hp"], png), tmp_path)
+    render_twice(lambda png: figure(tiny["models"], tiny["processed"], png), tmp_path)
 
 
 @pytest.mark.parametrize("figure", [visual_figure, morph_effect_figure])
 def test_run_figures_reject_unusable_input(tiny, tmp_path, figure):
     png = tmp_path / "x.png"
     with pytest.raises(ValueError, match="no usable seg run"):
-        figure([], tiny["processed"], tiny["hp"], png)
+        figure([], tiny["processed"], png)
     with pytest.raises(ValueError, match="no usable seg run"):
-        figure(tiny["models"], {"umn": tiny["root"]}, tiny["hp"], png)
-    with pytest.raises(ValueError, match="no hyperparameters"):
-        figure(tiny["models"], tiny["processed"], {}, png)
+        figure(tiny["models"], {"umn": tiny["root"]}, png)
     assert not png.exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
@@ -9,8 +11,11 @@ from torch import nn
 
 from dpmed.explain.gradcam import grad_cam, normalise
 from dpmed.explain.road import impute, removal_mask, road
-from dpmed.xcal.dpsgd import clipped_grad_sum, wrap
+from dpmed.privacy.dpsgd import clipped_grad_sum, opacus_clip_factors
+from dpmed.privacy.dpsgd import wrap_per_sample as wrap
 from dpmed.xcal.signal import combine, components, sigma_from_signal, top_q_mask
+
+FLAT_1 = partial(opacus_clip_factors, clip_norm=1.0)  # xcal's flat clipping at C = 1
 
 
 class TinyCNN(nn.Module):
@@ -52,7 +57,7 @@ def test_grad_cam_leaves_the_next_dp_step_grad_sample_untouched(mode):
     reference_net = TinyCNN()
     net = TinyCNN()
     net.load_state_dict(reference_net.state_dict())
-    expected, _ = clipped_grad_sum(wrap(reference_net, mode), x, y, 1.0)
+    expected, _ = clipped_grad_sum(wrap(reference_net, mode), x, y, FLAT_1)
 
     gsm = wrap(net, mode)
     gsm.train()
@@ -61,7 +66,7 @@ def test_grad_cam_leaves_the_next_dp_step_grad_sample_untouched(mode):
     assert all(getattr(p, "grad_sample", None) is None and p.grad is None for p in gsm.parameters())
     assert all(not getattr(m, "activations", []) for m in net.modules())
     torch.testing.assert_close(cam, direct_cam(net, x, y), rtol=1e-5, atol=1e-7)
-    got, _ = clipped_grad_sum(gsm, x, y, 1.0)
+    got, _ = clipped_grad_sum(gsm, x, y, FLAT_1)
     for name, value in expected.items():
         torch.testing.assert_close(got[name], value)
 

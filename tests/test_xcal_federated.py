@@ -1,4 +1,5 @@
-"""XCal-FL loop: FedAvg, partitions as the clients see them, learning, privacy and resume."""
+"""XCal-FL loop: FedAvg, partitions as the clients see them, learning, privacy, model.pt and
+resume (same job only, including a run stopped after its last round)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ import torch
 
 from dpmed.data.partition import apply_brightness, dirichlet_counts
 from dpmed.data.stage import preprocess, synthesize
+from dpmed.models import load_model
+from dpmed.runtime import JobContext
 from dpmed.xcal import run as xcal_module
 from dpmed.xcal.client import ClientUpdate
-from dpmed.xcal.run import fedavg, partition, run_xcal
+from dpmed.xcal.run import fedavg, run
+from dpmed.xcal.shifts import partition
 
 PARAMS = {
     "rounds": 2,
@@ -48,6 +52,16 @@ def _data(root: Path, counts: list[int]) -> Path:
 @pytest.fixture(scope="module")
 def small(tmp_path_factory) -> Path:
     return _data(tmp_path_factory.mktemp("xcal_small"), [120, 20, 40])
+
+
+def run_xcal(processed: Path, out: Path, wc: dict[str, str], params: dict) -> dict:
+    """One job through the runner, on the CPU with one thread, job seed 0."""
+    return run(JobContext(processed, out, wc, params, seed=0, device="cpu", threads=1))
+
+
+def _same_weights(a: Path, b: Path) -> bool:
+    one, two = load_model(a / "model.pt").state_dict(), load_model(b / "model.pt").state_dict()
+    return one.keys() == two.keys() and all(torch.equal(one[k], two[k]) for k in one)
 
 
 def _wc(method: str, eps: str, clients: str = "3", shift: str = "iid") -> dict[str, str]:
@@ -108,9 +122,7 @@ def test_nondp_federated_learning_is_clearly_above_chance(tmp_path):
         "road_every": 100,
         "road_subsample": 4,
     }
-    metrics = run_xcal(
-        processed, tmp_path / "run", _wc("nondp", "inf"), params, seed=0, device="cpu", threads=1
-    )
+    metrics = run_xcal(processed, tmp_path / "run", _wc("nondp", "inf"), params)
     # 8 classes: a constant prediction has macro F1 ≈ 0.04, a uniform random guess ≈ 0.11.
     assert metrics["f1"] > 0.2
     assert metrics["epsilon"] is None
@@ -121,7 +133,7 @@ def test_nondp_federated_learning_is_clearly_above_chance(tmp_path):
 @pytest.mark.parametrize(("method", "eps"), [("xcal", "2"), ("static", "2"), ("agp", "2")])
 def test_private_runs_stay_within_the_target_and_write_every_output(small, tmp_path, method, eps):
     out = tmp_path / method
-    run_xcal(small, out, _wc(method, eps), PARAMS, seed=0, device="cpu", threads=1)
+    run_xcal(small, out, _wc(method, eps), PARAMS)
     privacy = json.loads((out / "privacy.json").read_text())
     assert privacy["guarantee"] == "dp" and privacy["sampling"] == "poisson"
     assert 0 < privacy["epsilon"] <= 2.0
@@ -134,6 +146,7 @@ def test_private_runs_stay_within_the_target_and_write_every_output(small, tmp_p
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["road"] == pytest.approx(road["combined"])
     assert not (out / "checkpoint.pt").exists()
+    assert load_model(out / "model.pt").fc.out_features == 8  # the final global ResNet-18
     if method == "xcal":
         extra = privacy["extra"]
         for s, g, total in zip(
@@ -149,31 +162,77 @@ def test_private_runs_stay_within_the_target_and_write_every_output(small, tmp_p
         assert metrics["sigma_max"] <= 1.2 * max(ref) + 1e-9
 
 
-def test_a_killed_run_resumes_to_the_same_result(small, tmp_path, monkeypatch):
-    wc = _wc("xcal-logit", "3", shift="label")
-    run_xcal(small, tmp_path / "fresh", wc, PARAMS, seed=0, device="cpu", threads=1)
+def _dies_in_round_two(monkeypatch) -> None:
+    original, calls = xcal_module.xcal_eval.test_metrics, {"n": 0}
 
-    calls = {"n": 0}
-    original = xcal_module.xcal_eval.test_metrics
-
-    def dies_in_round_two(*args, **kwargs):
+    def dies(*args, **kwargs):
         calls["n"] += 1
         if calls["n"] == 2:
             raise KeyboardInterrupt("killed")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(xcal_module.xcal_eval, "test_metrics", dies_in_round_two)
-    with pytest.raises(KeyboardInterrupt):
-        run_xcal(small, tmp_path / "resumed", wc, PARAMS, seed=0, device="cpu", threads=1)
+    monkeypatch.setattr(xcal_module.xcal_eval, "test_metrics", dies)
+
+
+def test_a_killed_run_resumes_to_the_same_result(small, tmp_path, monkeypatch):
+    wc = _wc("xcal-logit", "3", shift="label")
+    run_xcal(small, tmp_path / "fresh", wc, PARAMS)
+    with monkeypatch.context() as patch:
+        _dies_in_round_two(patch)
+        with pytest.raises(KeyboardInterrupt):
+            run_xcal(small, tmp_path / "resumed", wc, PARAMS)
     assert (tmp_path / "resumed" / "checkpoint.pt").exists()
-    monkeypatch.setattr(xcal_module.xcal_eval, "test_metrics", original)
-    run_xcal(small, tmp_path / "resumed", wc, PARAMS, seed=0, device="cpu", threads=1)
+    run_xcal(small, tmp_path / "resumed", wc, PARAMS)
     cols = ["round", "f1", "accuracy", "epsilon", "road"]
     fresh = pd.read_csv(tmp_path / "fresh" / "rounds.csv")[cols]
     resumed = pd.read_csv(tmp_path / "resumed" / "rounds.csv")[cols]
     pd.testing.assert_frame_equal(fresh, resumed)
     for name in ("privacy.json", "road.json"):
         assert (tmp_path / "fresh" / name).read_text() == (tmp_path / "resumed" / name).read_text()
+    assert _same_weights(tmp_path / "fresh", tmp_path / "resumed")
+
+
+def test_a_checkpoint_of_another_configuration_is_not_resumed(small, tmp_path, monkeypatch):
+    """Killed after round 1 with lr A, rerun with lr B: the rerun starts afresh, so it equals
+    a fresh lr-B run (resuming would have kept round 1 trained at lr A)."""
+    wc, params_b = _wc("static", "3"), {**PARAMS, "lr": 0.05}
+    run_xcal(small, tmp_path / "fresh", wc, params_b)
+    with monkeypatch.context() as patch:
+        _dies_in_round_two(patch)
+        with pytest.raises(KeyboardInterrupt):
+            run_xcal(small, tmp_path / "rerun", wc, PARAMS)
+    assert (tmp_path / "rerun" / "checkpoint.pt").exists()
+    run_xcal(small, tmp_path / "rerun", wc, params_b)
+    cols = ["round", "f1", "accuracy", "epsilon", "road"]
+    fresh = pd.read_csv(tmp_path / "fresh" / "rounds.csv")[cols]
+    pd.testing.assert_frame_equal(fresh, pd.read_csv(tmp_path / "rerun" / "rounds.csv")[cols])
+    assert _same_weights(tmp_path / "fresh", tmp_path / "rerun")
+    assert not (tmp_path / "rerun" / "checkpoint.pt").exists()
+
+
+def test_a_run_stopped_after_its_last_round_evaluates_the_trained_weights(
+    small, tmp_path, monkeypatch
+):
+    """The checkpoint of the last round exists but no output does: the rerun trains nothing
+    and must evaluate the checkpointed weights, not the initial network."""
+    wc = _wc("agp", "3")
+    run_xcal(small, tmp_path / "fresh", wc, PARAMS)
+    original = xcal_module.write_outputs
+
+    def dies(*args, **kwargs):
+        raise KeyboardInterrupt("killed before the outputs")
+
+    monkeypatch.setattr(xcal_module, "write_outputs", dies)
+    with pytest.raises(KeyboardInterrupt):
+        run_xcal(small, tmp_path / "stopped", wc, PARAMS)
+    assert not (tmp_path / "stopped" / "metrics.json").exists()
+    monkeypatch.setattr(xcal_module, "write_outputs", original)
+    monkeypatch.setattr(xcal_module, "train_round", None)  # nothing left to train
+    run_xcal(small, tmp_path / "stopped", wc, PARAMS)
+    for name in ("road.json", "gradcam.npz", "privacy.json"):
+        fresh, stopped = tmp_path / "fresh" / name, tmp_path / "stopped" / name
+        assert fresh.read_bytes() == stopped.read_bytes(), name
+    assert _same_weights(tmp_path / "fresh", tmp_path / "stopped")
 
 
 def test_efficiency_is_the_slope_between_the_first_and_last_defined_rounds():

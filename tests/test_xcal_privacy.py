@@ -11,11 +11,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from opacus.accountants import RDPAccountant
 from torch import nn
+from torch.utils.data import TensorDataset
 
 from dpmed.privacy.accounting import noise_multiplier
 from dpmed.privacy.adaptive import ORDERS, RdpLedger, RenyiFilter
+from dpmed.privacy.clipping import ClipRule
+from dpmed.privacy.dpsgd import (
+    ScaledPrivacyEngine,
+    clipped_grad_sum,
+    noisy_step,
+    opacus_clip_factors,
+    trainable,
+)
+from dpmed.privacy.dpsgd import wrap_per_sample as wrap
 from dpmed.xcal.agp import channel_noise_std
-from dpmed.xcal.dpsgd import clipped_grad_sum, noisy_step, trainable, wrap
 
 
 @pytest.mark.parametrize(("sigma", "q", "steps"), [(1.1, 0.01, 300), (0.8, 0.1, 40), (3.0, 1.0, 5)])
@@ -112,13 +121,22 @@ class Tiny(nn.Module):
         return self.fc(torch.flatten(torch.relu(self.norm(self.conv(x))), 1))
 
 
+# The xcal clipping (Opacus' factor) and a seg clip rule, through the one functional step.
+FACTORS = {
+    "opacus_flat": (lambda n: opacus_clip_factors(n, 0.5), lambda n: min(1.0, 0.5 / (n + 1e-6))),
+    "nsgd": (ClipRule("nsgd", clip_norm=0.5, r=0.1).factors, lambda n: 0.5 / (n + 0.1)),
+}
+
+
+@pytest.mark.parametrize("factors", FACTORS)
 @pytest.mark.parametrize("mode", ["hooks", "functorch"])
-def test_clipped_sum_matches_a_per_sample_loop(mode):
+def test_clipped_sum_matches_a_per_sample_loop(mode, factors):
     torch.manual_seed(0)
     net = Tiny()
     x, y = torch.randn(5, 1, 6, 6), torch.randint(0, 3, (5,))
     expected = {name: torch.zeros_like(p) for name, p in net.named_parameters()}
     norms = []
+    tensor_factors, scalar_factor = FACTORS[factors]
     for i in range(5):
         net.zero_grad()
         nn.functional.cross_entropy(net(x[i : i + 1]), y[i : i + 1], reduction="sum").backward()
@@ -126,14 +144,39 @@ def test_clipped_sum_matches_a_per_sample_loop(mode):
         n = math.sqrt(sum(float(g.pow(2).sum()) for g in grads.values()))
         norms.append(n)
         for name, g in grads.items():
-            expected[name] += g * min(1.0, 0.5 / (n + 1e-6))
+            expected[name] += g * scalar_factor(n)
     net.zero_grad()
     gsm = wrap(net, mode)
-    sums, got_norms = clipped_grad_sum(gsm, x, y, 0.5)
+    sums, got_norms = clipped_grad_sum(gsm, x, y, tensor_factors)
     np.testing.assert_allclose(got_norms.numpy(), norms, rtol=1e-5)
     for name, value in expected.items():
         torch.testing.assert_close(sums[name], value, rtol=1e-5, atol=1e-6)
     assert all(p.grad_sample is None and p.grad is None for p in gsm.parameters())
+
+
+@pytest.mark.parametrize("mode", ["hooks", "functorch"])
+def test_the_functional_step_and_the_opacus_optimizer_clip_alike(mode):
+    """The two fronts of the one DP-SGD engine (xcal's functional step, seg's optimizer) give
+    the same clipped sum for the same clip rule."""
+    torch.manual_seed(0)
+    net, twin = Tiny(), Tiny()
+    twin.load_state_dict(net.state_dict())
+    x, y = torch.randn(5, 1, 6, 6), torch.randint(0, 3, (5,))
+    rule = ClipRule("psac", clip_norm=0.5)
+    dp = ScaledPrivacyEngine(rule).make_private_poisson(
+        net,
+        torch.optim.SGD(net.parameters(), lr=0.0),
+        TensorDataset(x, y),
+        sample_rate=1.0,
+        noise_multiplier=0.0,
+        grad_sample_mode=mode,
+    )
+    dp.optimizer.zero_grad()
+    dp.backward(nn.functional.cross_entropy(dp.module(x), y, reduction="none"))
+    dp.optimizer.step()  # grad = clipped sum / expected batch (5), lr 0
+    sums, _ = clipped_grad_sum(wrap(twin, mode), x, y, rule.factors)
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(p.grad * 5, sums[name], rtol=1e-5, atol=1e-6)
 
 
 def test_noisy_step_adds_noise_of_the_stated_std_per_channel():

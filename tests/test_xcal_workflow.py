@@ -12,11 +12,11 @@ from conftest import REPO, SMOKE_CONFIG
 
 from dpmed.config.checks import check_config
 from dpmed.config.wildcards import parse_eps
-from dpmed.xcal.report import FIGURES, TABLES
+from dpmed.xcal.methods import METHODS, split_method
+from dpmed.xcal.shifts import SHIFTS
+from dpmed.xcal.spec import FIGURES, MODELS, RUN_FILES, TABLES
 
 pytestmark = pytest.mark.slow
-
-OUTPUTS = ("rounds.csv", "metrics.json", "privacy.json", "road.json", "gradcam.npz")
 
 
 @pytest.fixture(scope="module")
@@ -29,15 +29,9 @@ def smoke(smoke_run):
 def test_smoke_grid_covers_the_issue(smoke):
     _, jobs = smoke
     wcs = [job.wc for job in jobs]
-    assert {wc["method"].partition("-")[0] for wc in wcs} == {
-        "nondp",
-        "centralized",
-        "static",
-        "agp",
-        "xcal",
-    }
-    assert {wc["model"] for wc in wcs} == {"resnet18", "efficientnet_b0"}
-    assert {wc["shift"] for wc in wcs} == {"iid", "label", "covariate"}
+    assert {split_method(wc["method"])[0] for wc in wcs} == set(METHODS.names())
+    assert {wc["model"] for wc in wcs} == set(MODELS)
+    assert {wc["shift"] for wc in wcs} == set(SHIFTS.names())
     assert "3" in {wc["clients"] for wc in wcs}
     assert all(job.params["rounds"] >= 2 for job in jobs)
 
@@ -46,7 +40,7 @@ def test_every_run_has_its_outputs_and_privacy_within_target(smoke):
     workdir, jobs = smoke
     for job in jobs:
         folder = workdir / job.path
-        for name in OUTPUTS:
+        for name in RUN_FILES:
             assert (folder / name).exists(), folder / name
         assert not (folder / "checkpoint.pt").exists()
         privacy = json.loads((folder / "privacy.json").read_text())

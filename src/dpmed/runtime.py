@@ -138,10 +138,11 @@ class Checkpoint:
     path: Path
     fingerprint: str
 
-    def load(self, device: torch.device | str = "cpu") -> dict[str, Any] | None:
-        """The saved state with the RNGs restored, or None (fresh run) when there is no
-        checkpoint or it belongs to another configuration (said on stdout)."""
-        state = load_checkpoint(self.path, device)
+    def load(self) -> dict[str, Any] | None:
+        """The saved state (on the CPU: `load_state_dict` copies weights to the model's device,
+        and RNG states must stay CPU tensors) with the RNGs restored, or None (fresh run) when
+        there is no checkpoint or it belongs to another configuration (said on stdout)."""
+        state = load_checkpoint(self.path)
         if state is None:
             return None
         if state.get("fingerprint") != self.fingerprint:

@@ -1,18 +1,9 @@
-"""Rule seg_attack: global-loss membership attack on one trained seg run (dpmed.seg.attack)."""
-
-from pathlib import Path
+"""Rule seg_attack: global-loss membership attack on one trained seg run (dpmed.seg.attack);
+attack.json goes beside the run's model.pt."""
 
 from dpmed.logs import log_to
+from dpmed.runtime import job_from_snakemake
 from dpmed.seg.attack import run_attack
 
-smk = snakemake  # noqa: F821 (injected by Snakemake)
-with log_to(smk.log[0]):
-    run_attack(  # writes attack.json beside model.pt, i.e. smk.output.attack
-        smk.params.processed,
-        Path(smk.input.model).parent,
-        dict(smk.wildcards.items()),
-        smk.params.hp,
-        smk.params.seed,
-        device=smk.params.device,
-        threads=smk.threads,
-    )
+with log_to(snakemake.log[0]):  # noqa: F821 (injected by Snakemake)
+    run_attack(job_from_snakemake(snakemake))  # noqa: F821

@@ -1,18 +1,8 @@
-"""Rule seg_train: train one seg cell and write its outputs (dpmed.seg.run.train_seg)."""
-
-from pathlib import Path
+"""Rule seg_train: train one seg cell and write its outputs (dpmed.seg.run)."""
 
 from dpmed.logs import log_to
-from dpmed.seg.run import train_seg
+from dpmed.runtime import job_from_snakemake
+from dpmed.seg.run import run
 
-smk = snakemake  # noqa: F821 (injected by Snakemake)
-with log_to(smk.log[0]):
-    train_seg(
-        smk.params.processed,
-        Path(smk.output.metrics).parent,
-        dict(smk.wildcards.items()),
-        smk.params.hp,
-        smk.params.seed,
-        device=smk.params.device,
-        threads=smk.threads,
-    )
+with log_to(snakemake.log[0]):  # noqa: F821 (injected by Snakemake)
+    run(job_from_snakemake(snakemake))  # noqa: F821

@@ -1,18 +1,9 @@
-"""Rule xcal_train: one XCal-FL grid cell → rounds.csv, metrics.json, privacy.json, road.json."""
-
-from pathlib import Path
+"""Rule xcal_train: one XCal-FL grid cell → its run files (`dpmed.xcal.spec.RUN_FILES`)."""
 
 from dpmed.logs import log_to
-from dpmed.xcal.run import run_xcal
+from dpmed.runtime import job_from_snakemake
+from dpmed.xcal.run import run
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 with log_to(smk.log[0]):
-    run_xcal(
-        smk.params.processed,
-        Path(smk.output.metrics).parent,
-        dict(smk.wildcards),
-        smk.params.hp,
-        smk.params.seed,
-        smk.params.device,
-        smk.threads,
-    )
+    run(job_from_snakemake(smk))

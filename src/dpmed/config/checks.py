@@ -11,6 +11,7 @@ from typing import Any
 from dpmed.config.grid import Grid
 from dpmed.data.registry import DATASET_REGISTRY
 from dpmed.errors import ConfigError
+from dpmed.studies import STUDIES
 
 
 def check_config(config: MutableMapping[str, Any], schema: str | Path) -> Grid:
@@ -23,8 +24,8 @@ def check_config(config: MutableMapping[str, Any], schema: str | Path) -> Grid:
     grid = Grid(config)
     for dataset in grid.datasets():
         _check_dataset(config["data"], dataset)
-    _check_seg(config["seg"])
-    _check_xcal(config["xcal"], grid)
+    for name, spec in STUDIES.items():
+        spec.check(config[name], grid.jobs(name))
     return grid
 
 
@@ -59,45 +60,3 @@ def _check_dataset(data: Mapping[str, Any], dataset: str) -> None:
     synthetic = cfg.get("synthetic", {})
     if synthetic.get("n_annotated", 0) > synthetic.get("n_bscans", math.inf):
         raise ConfigError(f"{key}.synthetic.n_annotated", "exceeds n_bscans")
-
-
-def _check_seg(seg: Mapping[str, Any]) -> None:
-    for where, params in _param_sets(seg):
-        if "quantiles" in params:
-            low, high = params["quantiles"]
-            if not low < high:
-                raise ConfigError(
-                    f"seg.{where}.quantiles", f"need q_low < q_high, got {low}, {high}"
-                )
-
-
-def _check_xcal(xcal: Mapping[str, Any], grid: Grid) -> None:
-    for where, params in _param_sets(xcal):
-        if "brightness" in params:
-            low, high = params["brightness"]
-            if not low <= high:
-                raise ConfigError(
-                    f"xcal.{where}.brightness", f"need low <= high, got {low}, {high}"
-                )
-    for job in grid.jobs("xcal"):
-        method = job.wc["method"]
-        if not method.startswith("xcal"):
-            continue
-        preset = method.partition("-")[2] or "balanced"
-        presets = job.params["presets"]
-        if preset not in presets:
-            raise ConfigError(
-                f"{job.block}.methods",
-                f"'{method}' needs xcal presets.{preset} (have: {', '.join(sorted(presets))})",
-            )
-
-
-def _param_sets(section: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    """The defaults and every block's params override, with their key paths."""
-    sets = [("defaults", section["defaults"])]
-    sets += [
-        (f"grid[{i}].params", block["params"])
-        for i, block in enumerate(section["grid"])
-        if "params" in block
-    ]
-    return sets

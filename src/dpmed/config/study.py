@@ -18,6 +18,22 @@ def _no_overrides(wildcards: Mapping[str, str]) -> dict[str, Any]:
     return {}
 
 
+def _no_check(section: Mapping[str, Any], jobs: Sequence[Any]) -> None:
+    return None
+
+
+def param_sets(section: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """A study section's defaults and every block's params override, with their key paths
+    (`defaults`, `grid[2].params`), for checks that name the key at fault."""
+    sets = [("defaults", section["defaults"])]
+    sets += [
+        (f"grid[{i}].params", block["params"])
+        for i, block in enumerate(section["grid"])
+        if "params" in block
+    ]
+    return sets
+
+
 @dataclass(frozen=True)
 class StudySpec:
     """One study's grid and output layout.
@@ -35,6 +51,8 @@ class StudySpec:
             `<study>_results` rule read it.
         sweep: expands one cell by a block's `sweep` mapping (None: the study has no sweeps).
         wildcard_params: hyperparameters a wildcard value spells (for off-grid file targets).
+        check: the study's config rules a schema cannot express, given its config section and
+            expanded jobs; raises `ConfigError` naming the key.
     """
 
     name: str
@@ -47,6 +65,7 @@ class StudySpec:
     targets: Callable[[Sequence[Any]], list[str]]
     sweep: Callable[[Wildcards, Mapping[str, Any], Mapping[str, Any]], SweepResult] | None = None
     wildcard_params: Callable[[Mapping[str, str]], dict[str, Any]] = field(default=_no_overrides)
+    check: Callable[[Mapping[str, Any], Sequence[Any]], None] = field(default=_no_check)
 
     @property
     def wildcards(self) -> tuple[str, ...]:

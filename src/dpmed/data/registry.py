@@ -50,6 +50,11 @@ DATASET_REGISTRY.add("dermamnist", DatasetEntry("medmnist", "DermaMNIST", ("coun
 DATASETS: tuple[str, ...] = DATASET_REGISTRY.names()
 
 
+def datasets_writing(files: tuple[str, ...] = ARRAY_FILES) -> tuple[str, ...]:
+    """The datasets whose preprocessing writes exactly `files` (default: the array splits)."""
+    return tuple(n for n, entry in DATASET_REGISTRY.items() if entry.processed == files)
+
+
 def dataset_label(dataset: str) -> str:
     """The display name of `dataset` ("Duke", "BloodMNIST", ...)."""
     return DATASET_REGISTRY[dataset].label

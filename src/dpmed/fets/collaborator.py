@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from dpmed.data.fets import load_subject
-from dpmed.fets.brats import subject_scores
-from dpmed.fets.patches import LABEL_VALUES, ClassIndex, predict_volume, sample_patch
+from dpmed.fets.brats import LABEL_VALUES, subject_scores
+from dpmed.fets.patches import ClassIndex, predict_volume, sample_patch
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from dpmed.fets import aggregation as agg
+from dpmed.fets.aggregation import AGGREGATORS
 from dpmed.fets.server import Server, ServerConfig
 from dpmed.seeding import stable_seed
 
@@ -113,4 +114,5 @@ def fets_dp_simagg(
         cfg = ServerConfig("dp_simagg", "sound", epsilon0, delta0, clip_norm, distance,
                            calibration, seed)  # fmt: skip
         return _SoundRound(Server(cfg), fetch_round)
-    raise ValueError(f"unknown DP-SimAgg mode '{mode}' (known: paper, sound)")
+    known = ", ".join(AGGREGATORS["dp_simagg"].modes)
+    raise ValueError(f"unknown DP-SimAgg mode '{mode}' (known: {known})")

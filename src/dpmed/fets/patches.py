@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-LABEL_VALUES: tuple[int, ...] = (0, 1, 2, 4)
+from dpmed.fets.brats import LABEL_VALUES
+
 _LUT = np.zeros(256, dtype=np.int64)
 _LUT[list(LABEL_VALUES)] = np.arange(len(LABEL_VALUES))
 

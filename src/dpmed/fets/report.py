@@ -1,9 +1,12 @@
-"""fets study outputs: Table II (+ the sound mode and baselines), the privacy table, Fig. 3
-(selection strategies) and Fig. 4 (Dice and convergence score per round).
+"""fets study outputs: Table II (+ the sound mode and baselines), the privacy table, Fig. 1
+(patients per institution), Fig. 3 (selection strategies) and Fig. 4 (Dice and convergence
+score per round).
 
 Tables are split by determinism: `fets_table2.csv` holds what the same config reproduces
 byte for byte (Dice, projected convergence score, simulated time, ε), `fets_resources.csv` the
 measured Table II columns (wall-clock, memory, energy with its method), which vary by machine.
+Method labels and the order of runs come from the aggregator registry
+(`dpmed.fets.aggregation.AGGREGATORS`).
 """
 
 from __future__ import annotations
@@ -16,41 +19,36 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from dpmed.config.grid import wildcards_from_path
 from dpmed.config.wildcards import parse_eps
+from dpmed.data.fets import patients_per_institution
 from dpmed.fets import selection
+from dpmed.fets.aggregation import DP_MODES, aggregator_mode
 from dpmed.fets.brats import DICE_KEYS
 from dpmed.fets.privacy import COLUMNS as PRIVACY_COLUMNS
 from dpmed.report.style import save_figure, write_table
 
-NAMES = {"fedavg": "FedAvg", "simagg": "SimAgg", "dp_simagg": "DP-SimAgg", "dp_fedavg": "DP-FedAvg"}
-_ORDER = {("dp_simagg", "paper"): 0, ("simagg", "none"): 1, ("dp_simagg", "sound"): 2,
-          ("fedavg", "none"): 3, ("dp_fedavg", "sound"): 4}  # fmt: skip
-
 
 def run_key(run_dir: str | Path) -> dict[str, str]:
     """Wildcards of a run folder results/fets/{aggregator}/{dpmode}/eps{eps}/seed{seed}."""
-    parts = Path(run_dir).parts
-    return {
-        "aggregator": parts[-4],
-        "dpmode": parts[-3],
-        "eps": parts[-2][3:],
-        "seed": parts[-1][4:],
-    }
+    return wildcards_from_path("fets", run_dir)
 
 
 def method_label(key: dict[str, str]) -> str:
-    """E.g. 'DP-SimAgg paper eps0=1', 'SimAgg'."""
-    name = NAMES[key["aggregator"]]
-    if key["dpmode"] == "none":
-        return name
-    mode = f" {key['dpmode']}" if key["aggregator"] == "dp_simagg" else ""
-    return f"{name}{mode} eps0={key['eps']}"
+    """The registered label, with ε0 for private runs: 'DP-SimAgg paper eps0=1', 'SimAgg'."""
+    label = aggregator_mode(key["aggregator"], key["dpmode"]).label
+    if not DP_MODES[key["dpmode"]].private:
+        return label
+    return f"{label} eps0={key['eps']}"
 
 
 def _sorted_runs(run_dirs: Sequence[str | Path]) -> list[Path]:
+    """Runs by the registered order of (aggregator, dpmode), then ε0, then seed."""
+
     def order(path: Path) -> tuple:
         k = run_key(path)
-        return (_ORDER[(k["aggregator"], k["dpmode"])], parse_eps(k["eps"]), int(k["seed"]))
+        rank = aggregator_mode(k["aggregator"], k["dpmode"]).order
+        return (rank, parse_eps(k["eps"]), int(k["seed"]))
 
     return sorted((Path(p) for p in run_dirs), key=order)
 
@@ -105,7 +103,7 @@ def privacy_table(run_dirs: Sequence[str | Path], csv_path: str | Path) -> pd.Da
     frames = []
     for run in _sorted_runs(run_dirs):
         key = run_key(run)
-        if key["dpmode"] == "none":
+        if not DP_MODES[key["dpmode"]].private:
             continue
         guarantee = json.loads((run / "privacy.json").read_text())["guarantee"]
         rounds = pd.read_csv(run / "rounds.csv")
@@ -120,6 +118,30 @@ def privacy_table(run_dirs: Sequence[str | Path], csv_path: str | Path) -> pd.Da
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
     write_table(frame, csv_path)
     return frame
+
+
+def figure1(processed_dir: str | Path, png_path: str | Path) -> None:
+    """Fig. 1: patients per institution of the partitioning, train and val stacked.
+
+    Args:
+        processed_dir: the processed FeTS folder (splits.csv).
+        png_path: the figure (a .pdf is written next to it).
+    """
+    table = patients_per_institution(Path(processed_dir))
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    x = np.arange(len(table))
+    ax.bar(x, table["n_train"], color="#377eb8", label="train")
+    ax.bar(x, table["n_val"], bottom=table["n_train"], color="#ff7f00", label="val")
+    ax.set_xticks(x, [str(p) for p in table["partition_id"]], fontsize=7)
+    ax.set_xlabel("institution (partition id)")
+    ax.set_ylabel("patients")
+    ax.set_title(
+        f"FeTS partitioning: {int(table['n_total'].sum())} patients in "
+        f"{len(table)} institutions (paper 000, Fig. 1)",
+        fontsize=9,
+    )
+    ax.legend(frameon=False)
+    save_figure(fig, png_path)
 
 
 def figure3(

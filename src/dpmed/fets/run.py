@@ -6,88 +6,118 @@ collaborator object); every collaborator validates the new global model on its o
 subjects and returns scores; the FeTS timing model gives the round's simulated time and the
 projected convergence score advances. Round 0 is the untrained model's validation.
 
-Every round ends with an atomic checkpoint (global model, rows, score state, resource totals);
-a rerun with the same settings resumes after the last completed round and, because every random
-draw is seeded from (seed, round, collaborator), produces the same results as an uninterrupted
-run. Outputs in `out_dir`: rounds.csv (one row per round: chosen, round and cumulative
-simulated seconds, Dice, convergence score, privacy columns of `ledger`), selection.csv (one
-row per chosen collaborator and round, with its simulated seconds), metrics.json,
-privacy.json, resources.json (checkpoint.pt stays as the final model).
+Every round ends with a checkpoint; because every random draw is seeded from (seed, round,
+collaborator), a resumed run gives the same results as an uninterrupted one. Outputs in the job
+folder: rounds.csv (one row per round: chosen, round and cumulative simulated seconds, Dice,
+convergence score, privacy columns of `dpmed.fets.privacy`), selection.csv (one row per chosen
+collaborator and round, with its simulated seconds), metrics.json, privacy.json,
+resources.json and model.pt (the final global model).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-from dataclasses import asdict
-from pathlib import Path
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
+from torch import nn
 
 from dpmed.config.wildcards import parse_eps
 from dpmed.data import fets
-from dpmed.fets import privacy as ledger
-from dpmed.fets import selection, timing
+from dpmed.fets import privacy, selection, timing
 from dpmed.fets.brats import DICE_KEYS, LABEL_VALUES
-from dpmed.fets.collaborator import Collaborator, LocalTraining, state_to_numpy
+from dpmed.fets.collaborator import Collaborator, LocalTraining, load_numpy_state, state_to_numpy
 from dpmed.fets.resources import ResourceMeter, Totals
-from dpmed.fets.server import Server, ServerConfig
+from dpmed.fets.server import RoundMechanisms, Server, ServerConfig
 from dpmed.io import write_csv, write_json
-from dpmed.models.resunet3d import ResUNet3d, count_parameters
-from dpmed.runtime import Progress, load_checkpoint, save_checkpoint, seed_everything, select_device
+from dpmed.models import build_model, save_model
+from dpmed.models.resunet3d import count_parameters
+from dpmed.runtime import Checkpoint, JobContext, Progress
 from dpmed.seeding import stable_seed
 
-CHECKPOINT = "checkpoint.pt"
+MODEL = "resunet3d"  # the registered 3D residual U-Net (4 modalities in, 4 classes out)
 
 
-def build_resunet(params: dict[str, Any]) -> ResUNet3d:
-    """The run's 3D residual U-Net (4 modalities in, 4 classes out)."""
-    return ResUNet3d(4, len(LABEL_VALUES), int(params["base_filters"]), int(params["depth"]),
-                     params["norm"])  # fmt: skip
-
-
-def _fingerprint(settings: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
-
-
-def _validate(collabs: list[Collaborator], state: dict[str, np.ndarray]) -> dict[str, float]:
-    """Mean over all validation subjects of all collaborators (each validates locally)."""
-    scores = [s for col in collabs for s in col.validate(state)]
-    out = {k: float(np.mean([s[k] for s in scores])) for k in scores[0]}
-    out["dice_mean_labels"] = float(np.mean([out[f"dice_label{v}"] for v in LABEL_VALUES]))
-    return out
-
-
-def run(
-    processed_dir: str | Path,
-    out_dir: str | Path,
-    wildcards: dict[str, str],
-    params: dict[str, Any],
-    seed: int,
-    device: str = "auto",
-    threads: int | None = None,
-) -> dict[str, Any]:
+def run(job: JobContext) -> dict[str, Any]:
     """Run (or resume) one fets job; returns metrics.json's content."""
-    processed_dir, out_dir = Path(processed_dir), Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    seed_everything(seed, threads)
-    dev = select_device(device)
-    eps0 = parse_eps(wildcards["eps"])
-    cfg = ServerConfig(
-        aggregator=wildcards["aggregator"],
-        dpmode=wildcards["dpmode"],
+    device = job.start()
+    cfg = server_config(job)
+    federation = build_federation(job, device)
+    checkpoint = job.checkpoint()
+    run_state = resume(checkpoint, device) or first_state(federation, cfg, device)
+    server = Server(cfg)
+    rounds = int(job.params["rounds"])
+    label = "fets/{aggregator}/{dpmode}/eps{eps}".format(**job.wildcards)
+    progress = Progress(label, rounds, start=run_state.round)
+    for fl_round in range(run_state.round + 1, rounds + 1):
+        mech = play_round(federation, server, run_state, fl_round, job.seed)
+        checkpoint.save(run_state.saved())
+        last = run_state.rows[-1]
+        eps_now = None if mech is None else last["eps_basic_cum"]
+        progress.line(fl_round, {"WT": last["dice_WT"], "dice": last["dice_mean_labels"],
+                                 "score": last["convergence_score"]}, eps_now)  # fmt: skip
+    metrics = write_outputs(job, cfg, federation, run_state)
+    checkpoint.remove()
+    return metrics
+
+
+def server_config(job: JobContext) -> ServerConfig:
+    """The aggregator settings of the job (wildcards aggregator, dpmode, eps; params)."""
+    params, eps0 = job.params, parse_eps(job.wildcards["eps"])
+    return ServerConfig(
+        aggregator=job.wildcards["aggregator"],
+        dpmode=job.wildcards["dpmode"],
         epsilon0=None if math.isinf(eps0) else float(eps0),
         delta0=float(params["delta"]),
         clip_norm=float(params["clip_norm"]),
         simagg_distance=params["simagg_distance"],
         sound_calibration=params["sound_calibration"],
-        seed=seed,
+        seed=job.seed,
     )
-    spec = LocalTraining(
+
+
+@dataclass
+class Federation:
+    """What stays fixed over a run.
+
+    Args:
+        model: the global network (initial weights; the final ones are loaded before saving).
+        model_arguments: its build arguments (saved with model.pt).
+        collaborators: by name, in partition order.
+        choices: the selection schedule, one entry per round.
+        profiles: the FeTS timing profile of each collaborator.
+        training: the local training hyperparameters.
+    """
+
+    model: nn.Module
+    model_arguments: dict[str, Any]
+    collaborators: dict[str, Collaborator]
+    choices: list[selection.Choice]
+    profiles: dict[str, timing.TimeProfile]
+    training: LocalTraining
+
+    @property
+    def sizes(self) -> dict[str, tuple[int, int]]:
+        """(n_train, n_val) of each collaborator."""
+        return {name: (c.n_train, c.n_val) for name, c in self.collaborators.items()}
+
+    def validate(self, state: dict[str, np.ndarray]) -> dict[str, float]:
+        """Mean scores over all validation subjects of all collaborators (each validates
+        locally), plus the mean Dice over the labels."""
+        scores = [s for col in self.collaborators.values() for s in col.validate(state)]
+        out = {k: float(np.mean([s[k] for s in scores])) for k in scores[0]}
+        out["dice_mean_labels"] = float(np.mean([out[f"dice_label{v}"] for v in LABEL_VALUES]))
+        return out
+
+
+def build_federation(job: JobContext, device: torch.device) -> Federation:
+    """The network (seeded by the job seed), the collaborators of the processed partitioning
+    sharing one workspace copy of it on `device`, the schedule and the timing profiles."""
+    params = job.params
+    training = LocalTraining(
         local_epochs=float(params["local_epochs"]),
         lr=float(params["lr"]),
         batch_size=int(params["batch_size"]),
@@ -95,86 +125,129 @@ def run(
         patches_per_subject=int(params["patches_per_subject"]),
         hd95=bool(params["hd95"]),
     )
-    rounds = int(params["rounds"])
-    torch.manual_seed(seed)
-    model = build_resunet(params)
+    arguments = {"in_channels": 4, "n_classes": len(LABEL_VALUES),
+                 "base_filters": int(params["base_filters"]), "depth": int(params["depth"]),
+                 "norm": params["norm"]}  # fmt: skip
+    torch.manual_seed(job.seed)
+    model = build_model(MODEL, **arguments)
     buffers = [name for name, _ in model.named_buffers()]
     if buffers:
         raise ValueError(f"model has buffers {buffers}: no aggregation rule covers them")
-    workspace = build_resunet(params).to(dev)
-    collabs = [
-        Collaborator(str(c.partition_id), processed_dir, c.train, c.val, spec, workspace, dev)
-        for c in fets.collaborators(processed_dir)
-    ]
-    names = [c.name for c in collabs]
-    choices = selection.schedule(
-        [int(n) for n in names], float(params["participation"]), rounds, params["selection"], seed
-    )
-    profiles = timing.time_profiles(names)
-    sizes = {c.name: (c.n_train, c.n_val) for c in collabs}
-    server = Server(cfg)
-    by_name = dict(zip(names, collabs, strict=True))
-
-    settings = {"wildcards": wildcards, "params": params, "seed": seed}
-    fingerprint = _fingerprint(settings)
-    ckpt = load_checkpoint(out_dir / CHECKPOINT)
-    if ckpt is not None and ckpt["fingerprint"] == fingerprint:
-        done, state, rows, col_times = ckpt["round"], ckpt["state"], ckpt["rows"], ckpt["times"]
-        score = timing.ConvergenceScore(**ckpt["score"])
-        meter = ResourceMeter(dev, Totals(**ckpt["totals"]))
-        print(f"resuming after round {done} from {out_dir / CHECKPOINT}", flush=True)
-    else:
-        if ckpt is not None:
-            print("checkpoint was made with other settings: starting afresh", flush=True)
-        done, state, col_times = 0, state_to_numpy(model), {}
-        score, meter = timing.ConvergenceScore(), ResourceMeter(dev)
-        rows = [{"round": 0, "chosen": "", "round_time_s": 0.0, "sim_time_s": 0.0,
-                 **_validate(collabs, state), "convergence_score": 0.0,
-                 **ledger.round_columns(cfg, 0, None)}]  # fmt: skip
-    label = "fets/{aggregator}/{dpmode}/eps{eps}".format(**wildcards)
-    progress = Progress(label, rounds, start=done)
-    for r in range(done + 1, rounds + 1):
-        chosen = [str(c) for c in choices[r - 1].collaborators]
-        local = []
-        for name in chosen:
-            local_state, weight = by_name[name].train(
-                state, stable_seed("fets-local", seed, r, name)
-            )
-            local.append((name, local_state, weight))
-        state, mech = server.aggregate(state, local, r)
-        del local
-        times = timing.round_times(profiles, sizes, chosen, spec.local_epochs, r - 1)
-        round_time = max(times.values())
-        col_times.update({(r, int(name)): t for name, t in times.items() if name in chosen})
-        val = _validate(collabs, state)
-        projected = score.update(val["dice_mean_labels"], round_time)
-        rows.append({"round": r, "chosen": ";".join(chosen), "round_time_s": round_time,
-                     "sim_time_s": score.total_time, **val, "convergence_score": projected,
-                     **ledger.round_columns(cfg, r, mech)})  # fmt: skip
-        save_checkpoint(out_dir / CHECKPOINT, {
-            "fingerprint": fingerprint, "round": r, "state": state, "rows": rows,
-            "score": asdict(score), "totals": asdict(meter.snapshot()), "times": col_times,
-        })  # fmt: skip
-        eps_now = None if mech is None else rows[-1]["eps_basic_cum"]
-        progress.line(r, {"WT": val["dice_WT"], "dice": val["dice_mean_labels"],
-                          "score": projected}, eps_now)  # fmt: skip
-    return _write_outputs(out_dir, cfg, rows, choices, col_times, meter, model, params, wildcards)
+    workspace = build_model(MODEL, **arguments).to(device)
+    collaborators = [
+        Collaborator(str(c.partition_id), job.processed_dir, c.train, c.val, training, workspace,
+                     device)
+        for c in fets.collaborators(job.processed_dir)
+    ]  # fmt: skip
+    names = [c.name for c in collaborators]
+    choices = selection.schedule([int(n) for n in names], float(params["participation"]),
+                                 int(params["rounds"]), params["selection"], job.seed)  # fmt: skip
+    return Federation(model, arguments, dict(zip(names, collaborators, strict=True)), choices,
+                      timing.time_profiles(names), training)  # fmt: skip
 
 
-def _write_outputs(out_dir, cfg, rows, choices, col_times, meter, model, params, wildcards):
-    """Write the run's five output files; returns metrics.json's content."""
-    frame = pd.DataFrame(rows)
-    write_csv(out_dir / "rounds.csv", frame)
-    chosen = selection.selection_frame(choices)
-    chosen["sim_time_s"] = [col_times[(r, c)] for r, c in zip(chosen["round"],
+@dataclass
+class RunState:
+    """What a round changes (and a checkpoint holds).
+
+    Args:
+        round: rounds completed.
+        state: the global model as numpy tensors.
+        rows: rounds.csv so far (round 0 first).
+        score: the running projected convergence score.
+        times: simulated seconds of each (round, chosen collaborator).
+        meter: the resource meter (totals over attempts).
+    """
+
+    round: int
+    state: dict[str, np.ndarray]
+    rows: list[dict[str, Any]]
+    score: timing.ConvergenceScore
+    times: dict[tuple[int, int], float]
+    meter: ResourceMeter
+
+    def saved(self) -> dict[str, Any]:
+        """The checkpoint content."""
+        return {"round": self.round, "state": self.state, "rows": self.rows,
+                "score": asdict(self.score), "totals": asdict(self.meter.snapshot()),
+                "times": self.times}  # fmt: skip
+
+
+def resume(checkpoint: Checkpoint, device: torch.device) -> RunState | None:
+    """The state after the last completed round of an interrupted run of this job, or None."""
+    saved = checkpoint.load()
+    if saved is None:
+        return None
+    print(f"resuming after round {saved['round']} from {checkpoint.path}", flush=True)
+    return RunState(saved["round"], saved["state"], saved["rows"],
+                    timing.ConvergenceScore(**saved["score"]), saved["times"],
+                    ResourceMeter(device, Totals(**saved["totals"])))  # fmt: skip
+
+
+def first_state(federation: Federation, cfg: ServerConfig, device: torch.device) -> RunState:
+    """A fresh run: the untrained model and its validation as round 0."""
+    state = state_to_numpy(federation.model)
+    score, meter = timing.ConvergenceScore(), ResourceMeter(device)
+    rows = [{"round": 0, "chosen": "", "round_time_s": 0.0, "sim_time_s": 0.0,
+             **federation.validate(state), "convergence_score": 0.0,
+             **privacy.round_columns(cfg, 0, None)}]  # fmt: skip
+    return RunState(0, state, rows, score, {}, meter)
+
+
+def play_round(
+    federation: Federation, server: Server, run: RunState, fl_round: int, seed: int
+) -> RoundMechanisms | None:
+    """Round `fl_round` (1-based): the chosen collaborators train, the server aggregates, the
+    timing model times the round and every collaborator validates the new model. Appends the
+    round's row to `run` and returns its mechanisms (None when non-private)."""
+    chosen = [str(c) for c in federation.choices[fl_round - 1].collaborators]
+    run.state, mech = aggregate_round(federation, server, run.state, chosen, fl_round, seed)
+    times = timing.round_times(federation.profiles, federation.sizes, chosen,
+                               federation.training.local_epochs, fl_round - 1)  # fmt: skip
+    round_time = max(times.values())
+    run.times.update({(fl_round, int(name)): t for name, t in times.items() if name in chosen})
+    val = federation.validate(run.state)
+    projected = run.score.update(val["dice_mean_labels"], round_time)
+    run.rows.append({"round": fl_round, "chosen": ";".join(chosen), "round_time_s": round_time,
+                     "sim_time_s": run.score.total_time, **val, "convergence_score": projected,
+                     **privacy.round_columns(server.cfg, fl_round, mech)})  # fmt: skip
+    run.round = fl_round
+    return mech
+
+
+def aggregate_round(
+    federation: Federation,
+    server: Server,
+    state: dict[str, np.ndarray],
+    chosen: list[str],
+    fl_round: int,
+    seed: int,
+) -> tuple[dict[str, np.ndarray], RoundMechanisms | None]:
+    """Local training of the `chosen` from the global `state` (each seeded by (seed, round,
+    name)), then the server's aggregate (the local states are freed on return)."""
+    local = []
+    for name in chosen:
+        local_seed = stable_seed("fets-local", seed, fl_round, name)
+        local_state, weight = federation.collaborators[name].train(state, local_seed)
+        local.append((name, local_state, weight))
+    return server.aggregate(state, local, fl_round)
+
+
+def write_outputs(
+    job: JobContext, cfg: ServerConfig, federation: Federation, run_state: RunState
+) -> dict[str, Any]:
+    """Write the run's output files; returns metrics.json's content."""
+    out_dir, rows = job.out_dir, run_state.rows
+    write_csv(out_dir / "rounds.csv", pd.DataFrame(rows))
+    chosen = selection.selection_frame(federation.choices)
+    chosen["sim_time_s"] = [run_state.times[(r, c)] for r, c in zip(chosen["round"],
                             chosen["collaborator"], strict=True)]  # fmt: skip
     write_csv(out_dir / "selection.csv", chosen)
     last = rows[-1]
-    rounds = int(params["rounds"])
-    priv = ledger.privacy_record(cfg, rounds, last if cfg.dpmode != "none" else None, cfg.clip_norm)
+    rounds = int(job.params["rounds"])
+    priv = privacy.privacy_record(cfg, rounds, last)
     priv.write(out_dir / "privacy.json")
-    resources = meter.report(float(last["sim_time_s"]))
-    write_json(out_dir / "resources.json", resources)
+    write_json(out_dir / "resources.json", run_state.meter.report(float(last["sim_time_s"])))
     metrics = {
         **{k: last[k] for k in (*DICE_KEYS, "dice_mean_labels")},
         **{k: v for k, v in last.items() if k.startswith("hd95_")},
@@ -184,13 +257,15 @@ def _write_outputs(out_dir, cfg, rows, choices, col_times, meter, model, params,
         "convergence_score": last["convergence_score"],
         "sim_time_s": last["sim_time_s"],
         "rounds": rounds,
-        "n_parameters": count_parameters(model),
+        "n_parameters": count_parameters(federation.model),
         "aggregator": cfg.aggregator,
         "dpmode": cfg.dpmode,
-        "eps0": wildcards["eps"],
-        "seed_wildcard": wildcards["seed"],
+        "eps0": job.wildcards["eps"],
+        "seed_wildcard": job.wildcards["seed"],
         "epsilon": priv.epsilon,
         "guarantee": priv.guarantee,
     }
     write_json(out_dir / "metrics.json", metrics)
+    load_numpy_state(federation.model, run_state.state)
+    save_model(out_dir / "model.pt", MODEL, federation.model_arguments, federation.model)
     return metrics

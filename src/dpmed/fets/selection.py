@@ -13,18 +13,19 @@ independently of any data, so the choice itself leaks nothing:
 - `all`: every collaborator every round (ρ = 1 behaviour).
 
 `schedule` returns one `Choice` per round: the chosen ids, the cycle, and which of them came
-from the cycle's own permutation (False for the boundary padding).
+from the cycle's own permutation (False for the boundary padding). Strategies are registered in
+`STRATEGIES` (the config enum `fets.*.selection` lists the same names).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-STRATEGIES = ("sliding_window", "randomized", "static", "all")
+from dpmed.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -44,31 +45,32 @@ def per_round(n_collaborators: int, participation: float) -> int:
     return max(1, int(np.floor(participation * n_collaborators + 1e-9)))
 
 
+# A strategy: (collaborator ids, m per round, rounds, seeded generator) → one Choice per round.
+Strategy = Callable[[list[int], int, int, np.random.Generator], list[Choice]]
+STRATEGIES: Registry[Strategy] = Registry("selection strategy")
+
+
 def schedule(
     ids: Sequence[int], participation: float, rounds: int, strategy: str, seed: int
 ) -> list[Choice]:
-    """The choices of rounds 1..`rounds` for collaborators `ids` (see the module docstring)."""
+    """The choices of rounds 1..`rounds` for collaborators `ids` (see the module docstring).
+
+    Args:
+        ids: the collaborators' partition ids.
+        participation: ρ, the fraction chosen per round.
+        rounds: T.
+        strategy: a `STRATEGIES` name.
+        seed: seeds the strategy's generator.
+    """
     ids = list(ids)
-    k = len(ids)
-    m = per_round(k, participation)
+    m = per_round(len(ids), participation)
     rng = np.random.default_rng(seed)
-    if strategy == "sliding_window":
-        return _sliding_window(ids, m, rounds, rng)
-    if strategy == "randomized":
-        perm = [ids[i] for i in rng.permutation(k)]
-        return [
-            Choice(t + 1, (t * m) // k, tuple(perm[(t * m + j) % k] for j in range(m)), (True,) * m)
-            for t in range(rounds)
-        ]
-    if strategy == "static":
-        subset = tuple(ids[i] for i in rng.permutation(k)[:m])
-        return [Choice(t + 1, 0, subset, (True,) * m) for t in range(rounds)]
-    if strategy == "all":
-        return [Choice(t + 1, t, tuple(ids), (True,) * k) for t in range(rounds)]
-    raise ValueError(f"unknown selection strategy '{strategy}' (known: {', '.join(STRATEGIES)})")
+    return STRATEGIES[strategy](ids, m, rounds, rng)
 
 
-def _sliding_window(ids: list[int], m: int, rounds: int, rng: np.random.Generator) -> list[Choice]:
+@STRATEGIES.register("sliding_window")
+def sliding_window(ids: list[int], m: int, rounds: int, rng: np.random.Generator) -> list[Choice]:
+    """The paper's: windows of m over a fresh permutation per cycle, padded from the next."""
     k = len(ids)
     perms = [[ids[i] for i in rng.permutation(k)]]
     cycle, pos, out = 0, 0, []
@@ -82,6 +84,32 @@ def _sliding_window(ids: list[int], m: int, rounds: int, rng: np.random.Generato
         if pos >= k:
             cycle, pos = cycle + 1, 0
     return out
+
+
+@STRATEGIES.register("randomized")
+def randomized(ids: list[int], m: int, rounds: int, rng: np.random.Generator) -> list[Choice]:
+    """One permutation drawn once and cycled: round t takes π[(t·m + j) mod K]."""
+    k = len(ids)
+    perm = [ids[i] for i in rng.permutation(k)]
+    return [
+        Choice(t + 1, (t * m) // k, tuple(perm[(t * m + j) % k] for j in range(m)), (True,) * m)
+        for t in range(rounds)
+    ]
+
+
+@STRATEGIES.register("static")
+def static(ids: list[int], m: int, rounds: int, rng: np.random.Generator) -> list[Choice]:
+    """The first m collaborators of one permutation, every round."""
+    subset = tuple(ids[i] for i in rng.permutation(len(ids))[:m])
+    return [Choice(t + 1, 0, subset, (True,) * m) for t in range(rounds)]
+
+
+@STRATEGIES.register("all")
+def every_collaborator(
+    ids: list[int], m: int, rounds: int, rng: np.random.Generator
+) -> list[Choice]:
+    """Every collaborator every round (ρ = 1 behaviour)."""
+    return [Choice(t + 1, t, tuple(ids), (True,) * len(ids)) for t in range(rounds)]
 
 
 def selection_frame(choices: Sequence[Choice]) -> pd.DataFrame:

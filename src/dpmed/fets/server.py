@@ -1,5 +1,6 @@
-"""The aggregator of the simulation: turns one round's local tensors into the next global model,
-and accounts for the privacy of what it released.
+"""The fets server: turns one round's local tensors into the next global model with the run's
+registered aggregator and DP mode (`dpmed.fets.aggregation`), and reports the mechanisms it
+applied.
 
 `Server.aggregate` receives only (collaborator name, state dict of numpy tensors, data-size
 weight) triples and the current global state; data-size weights are normalised to sum 1 over
@@ -9,24 +10,31 @@ the same noise as an uninterrupted one.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from dpmed.fets import aggregation as agg
+from dpmed.fets.aggregation import DP_MODES, AggregatorMode, aggregator_mode
 from dpmed.privacy import mechanisms
 from dpmed.seeding import stable_seed
-
-AGGREGATORS = ("fedavg", "simagg", "dp_simagg", "dp_fedavg")
-MODES = {"fedavg": ("none",), "simagg": ("none",), "dp_simagg": ("paper", "sound"),
-         "dp_fedavg": ("sound",)}  # fmt: skip
 
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """What the aggregator is configured with (no data)."""
+    """What the aggregator is configured with (no data).
+
+    Args:
+        aggregator: a registered aggregator (`dpmed.fets.aggregation.AGGREGATORS`).
+        dpmode: one of its DP modes.
+        epsilon0: per-round ε0 (None for the non-private mode).
+        delta0: per-round δ0.
+        clip_norm: C.
+        simagg_distance: a `SIMAGG_DISTANCES` name.
+        sound_calibration: Gaussian calibration of the whole-model modes (`analytic`, `rdp`).
+        seed: the job seed (noise draws).
+    """
 
     aggregator: str
     dpmode: str
@@ -38,10 +46,14 @@ class ServerConfig:
     seed: int
 
     def __post_init__(self) -> None:
-        if self.aggregator not in MODES or self.dpmode not in MODES[self.aggregator]:
-            raise ValueError(f"aggregator {self.aggregator!r} has no DP mode {self.dpmode!r}")
-        if (self.epsilon0 is None) != (self.dpmode == "none"):
+        aggregator_mode(self.aggregator, self.dpmode)  # both registered, the pair supported
+        if (self.epsilon0 is None) == DP_MODES[self.dpmode].private:
             raise ValueError("a finite epsilon0 goes with the DP aggregators only")
+
+    @property
+    def mode(self) -> AggregatorMode:
+        """The registered rule and texts of (aggregator, dpmode)."""
+        return aggregator_mode(self.aggregator, self.dpmode)
 
 
 @dataclass(frozen=True)
@@ -66,67 +78,71 @@ class Server:
         self.cfg = cfg
 
     def sound_sigma(self, n_chosen: int) -> tuple[float, float]:
-        """(σ, Δf) of the sound mode's one mechanism per round."""
+        """(σ, Δf) of a whole-model DP mode's one mechanism per round of `n_chosen` updates."""
         cfg = self.cfg
-        delta_f = agg.sound_sensitivity(cfg.clip_norm, n_chosen, cfg.aggregator)
+        delta_f = cfg.mode.sensitivity(cfg.clip_norm, n_chosen)
         sigma = mechanisms.calibrate(cfg.sound_calibration, delta_f, cfg.epsilon0, cfg.delta0)
         return sigma, delta_f
 
     def aggregate(
         self, global_state: Mapping[str, np.ndarray], local: Sequence[Local], fl_round: int
     ) -> tuple[dict[str, np.ndarray], RoundMechanisms | None]:
-        """The next global state from the round's local states."""
+        """The next global state from the round's local states, and the round's mechanisms
+        (None when no noise was added)."""
         cfg = self.cfg
-        names = [name for name, _, _ in local]
         total = sum(w for _, _, w in local)
         weights = [w / total for _, _, w in local]
         rng = np.random.default_rng(stable_seed("fets-noise", cfg.seed, fl_round))
-        if cfg.dpmode == "sound":
-            return self._sound(global_state, local, weights, rng)
+        if DP_MODES[cfg.dpmode].per_tensor:
+            return self._per_tensor(global_state, local, weights, rng)
+        return self._whole_model(global_state, local, weights, rng)
+
+    def _per_tensor(
+        self,
+        global_state: Mapping[str, np.ndarray],
+        local: Sequence[Local],
+        weights: Sequence[float],
+        rng: np.random.Generator,
+    ) -> tuple[dict[str, np.ndarray], RoundMechanisms | None]:
+        """The rule once per tensor; private modes: one mechanism each."""
+        cfg, rule = self.cfg, self.cfg.mode.rule
+        private = DP_MODES[cfg.dpmode].private
+        names = [name for name, _, _ in local]
         out: dict[str, np.ndarray] = {}
         infos: list[agg.MechanismInfo] = []
         for tensor_name in global_state:
             tensors = [state[tensor_name] for _, state, _ in local]
-            if cfg.dpmode == "paper":
-                out[tensor_name], info = agg.dp_simagg_paper_tensor(
-                    tensors, weights, tensor_name, cfg.clip_norm, cfg.epsilon0, cfg.delta0, rng
-                )
-                infos.append(info)
-                continue
             local_tensors = [
                 agg.LocalTensor(n, t, w) for n, t, w in zip(names, tensors, weights, strict=True)
             ]
-            if cfg.aggregator == "fedavg":
-                out[tensor_name] = agg.fedavg(local_tensors, None, tensor_name, fl_round)
+            if private:
+                out[tensor_name], info = rule(local_tensors, tensor_name, cfg, rng)
+                infos.append(info)
             else:
-                out[tensor_name] = agg.simagg(
-                    local_tensors, None, tensor_name, fl_round, distance=cfg.simagg_distance
-                )
+                out[tensor_name] = rule(local_tensors, tensor_name, cfg)
         if not infos:
             return out, None
-        z = math.sqrt(2.0 * math.log(1.25 / cfg.delta0)) / cfg.epsilon0
         sigmas = [i.sigma for i in infos]
         return out, RoundMechanisms(
-            len(infos), max(i.delta_f for i in infos), max(sigmas), min(sigmas), z
+            len(infos),
+            max(i.delta_f for i in infos),
+            max(sigmas),
+            min(sigmas),
+            min(i.noise_multiplier for i in infos),
         )
 
-    def _sound(
+    def _whole_model(
         self,
         global_state: Mapping[str, np.ndarray],
         local: Sequence[Local],
         weights: Sequence[float],
         rng: np.random.Generator,
     ) -> tuple[dict[str, np.ndarray], RoundMechanisms]:
+        """The rule once on the flattened updates; one mechanism per round."""
         cfg = self.cfg
         updates = agg.stack_updates(global_state, [state for _, state, _ in local])
         sigma, delta_f = self.sound_sigma(len(local))
-        if cfg.aggregator == "dp_simagg":
-            step, alpha = agg.dp_simagg_sound(
-                updates, weights, cfg.clip_norm, sigma, rng, cfg.simagg_distance, inplace=True
-            )
-        else:
-            step = agg.dp_fedavg(updates, cfg.clip_norm, sigma, rng, inplace=True)
-            alpha = np.full(len(local), 1.0 / len(local))
+        step, alpha = cfg.mode.rule(updates, weights, cfg, sigma, rng)
         del updates
         step += agg.flatten_state(global_state)
         new = agg.unflatten_state(step, global_state)

@@ -1,4 +1,5 @@
-"""FeTS challenge simulated time and projected convergence score (REFERENCE.md §2).
+"""Simulated round time and projected convergence score, computed as the FeTS 2022 challenge
+does.
 
 The per-patient timing profiles (mean, sd in seconds) are the FeTS 2022 challenge's own, derived
 from real FeTS institutions (fets_challenge/experiment.py). As there: each collaborator draws a

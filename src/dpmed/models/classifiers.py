@@ -1,10 +1,12 @@
 """Image classifiers for the xcal study: ResNet-18 and EfficientNet-B0, both Opacus-valid.
+Built through the model registry (`dpmed.models.build_model("resnet18", in_channels=...,
+n_classes=..., image_size=..., width_scale=...)`).
 
 Inputs are (B, C, H, W) float images in [0, 1] with C = 1 or 3 and 28 ≤ H = W ≤ 224,
 standardised inside the model as (x − 0.5)/0.25 (without it the images' large mean dominates the
-first GroupNorm and training is slower); outputs are (B, n_classes) logits. Opacus validity
-(REFERENCE §3): GroupNorm instead of BatchNorm, no in-place op after a hooked layer
-(`inplace=False`, `out = out + identity`), no shared modules.
+first GroupNorm and training is slower); outputs are (B, n_classes) logits. Opacus validity:
+GroupNorm instead of BatchNorm (per-sample gradients need layers that do not mix samples), no
+in-place op after a hooked layer (`inplace=False`, `out = out + identity`), no shared modules.
 
 - ResNet-18 is written by hand (MONAI's keeps BatchNorms inside blocks and uses `+=`). Inputs
   below 128² get the CIFAR stem (3×3 conv, stride 1, no max-pool) so the stage-3 map is ≥ 7×7 at
@@ -14,9 +16,10 @@ first GroupNorm and training is slower); outputs are (B, n_classes) logits. Opac
   GroupNorm, the non-in-place swish and no drop-connect.
 
 `width_scale` multiplies the channel widths (1.0 = the published networks; smaller values make
-the tiny smoke models). `GRAD_SAMPLE_MODE` names the per-sample-gradient mode that is fast for
-each model (hooks for ResNet, functorch for the depthwise convs of EfficientNet).
-`gradcam_layer` picks the deepest feature map that is still at least 7×7 at the input size.
+the tiny smoke models). Each class names the per-sample-gradient mode that is fast for it
+(`grad_sample_mode`: hooks for ResNet, functorch for the depthwise convs of EfficientNet) and
+its Grad-CAM candidates (`cam_candidates`); `gradcam_layer` picks the deepest feature map that
+is still at least 7×7 at the input size.
 """
 
 from __future__ import annotations
@@ -27,9 +30,9 @@ import torch
 from monai.networks.nets.efficientnet import EfficientNet
 from torch import nn
 
-MODELS = ("resnet18", "efficientnet_b0")
-GRAD_SAMPLE_MODE = {"resnet18": "hooks", "efficientnet_b0": "functorch"}
 MIN_CAM_SIZE = 7
+IN_CHANNELS = (1, 3)
+IMAGE_SIZES = (28, 224)  # smallest and largest side
 INPUT_MEAN, INPUT_STD = 0.5, 0.25  # fixed standardisation of [0, 1] inputs inside the models
 GROUPS = 8  # GroupNorm groups at full width; every width used here is a multiple of 8
 EFFICIENTNET_B0 = [
@@ -41,6 +44,14 @@ EFFICIENTNET_B0 = [
     "r4_k5_s22_e6_i112_o192_se0.25",
     "r1_k3_s11_e6_i192_o320_se0.25",
 ]
+
+
+def check_input(in_channels: int, image_size: int) -> None:
+    """Refuse inputs the classifiers are not built for (channels 1 or 3, side 28 to 224)."""
+    if in_channels not in IN_CHANNELS:
+        raise ValueError(f"in_channels must be 1 or 3, got {in_channels}")
+    if not IMAGE_SIZES[0] <= image_size <= IMAGE_SIZES[1]:
+        raise ValueError(f"image_size must be in [28, 224], got {image_size}")
 
 
 def norm_groups(width_scale: float) -> int:
@@ -79,11 +90,21 @@ class BasicBlock(nn.Module):
 
 
 class ResNet18(nn.Module):
-    """ResNet-18 (2-2-2-2 basic blocks, widths 64·s, 128·s, 256·s, 512·s) with GroupNorm."""
+    """ResNet-18 (2-2-2-2 basic blocks, widths 64·s, 128·s, 256·s, 512·s) with GroupNorm.
+
+    Args:
+        in_channels: image channels, 1 or 3.
+        n_classes: output logits.
+        image_size: input side H = W in [28, 224]; below 128 the CIFAR stem.
+        width_scale: s, the channel-width multiplier.
+    """
+
+    grad_sample_mode = "hooks"
 
     def __init__(
         self, in_channels: int, n_classes: int, image_size: int, width_scale: float = 1.0
     ) -> None:
+        check_input(in_channels, image_size)
         super().__init__()
         widths = [_round8(w * width_scale) for w in (64, 128, 256, 512)]
         groups = norm_groups(width_scale)
@@ -116,11 +137,21 @@ class ResNet18(nn.Module):
 
 
 class EfficientNetB0(EfficientNet):
-    """MONAI EfficientNet with the B0 block list, GroupNorm and no in-place swish."""
+    """MONAI EfficientNet with the B0 block list, GroupNorm and no in-place swish.
+
+    Args:
+        in_channels: image channels, 1 or 3.
+        n_classes: output logits.
+        image_size: input side H = W in [28, 224] (MONAI's static "same" padding follows it).
+        width_scale: the width coefficient.
+    """
+
+    grad_sample_mode = "functorch"
 
     def __init__(
         self, in_channels: int, n_classes: int, image_size: int, width_scale: float = 1.0
     ) -> None:
+        check_input(in_channels, image_size)
         super().__init__(
             blocks_args_str=EFFICIENTNET_B0,
             spatial_dims=2,
@@ -145,21 +176,6 @@ class EfficientNetB0(EfficientNet):
 
 def _round8(value: float) -> int:
     return max(GROUPS, int(round(value / GROUPS)) * GROUPS)
-
-
-def build_classifier(
-    name: str, in_channels: int, n_classes: int, image_size: int, width_scale: float = 1.0
-) -> nn.Module:
-    """ResNet-18 (`resnet18`) or EfficientNet-B0 (`efficientnet_b0`) for the given input."""
-    if in_channels not in (1, 3):
-        raise ValueError(f"in_channels must be 1 or 3, got {in_channels}")
-    if not 28 <= image_size <= 224:
-        raise ValueError(f"image_size must be in [28, 224], got {image_size}")
-    if name == "resnet18":
-        return ResNet18(in_channels, n_classes, image_size, width_scale)
-    if name == "efficientnet_b0":
-        return EfficientNetB0(in_channels, n_classes, image_size, width_scale)
-    raise ValueError(f"unknown classifier '{name}' (known: {', '.join(MODELS)})")
 
 
 def feature_sizes(model: nn.Module, in_channels: int, image_size: int) -> dict[str, int]:

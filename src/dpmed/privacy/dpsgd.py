@@ -1,31 +1,27 @@
-"""DP-SGD with the clipping rules of `dpmed.privacy.clipping`, plugged into Opacus.
+"""The DP-SGD engine of the seg and xcal studies, on Opacus' per-sample gradients.
 
-- hooks / functorch modes: `ScaledDPOptimizer` overrides `DPOptimizer.clip_and_accumulate`
-  with the rule's per-sample factors (summed gradient Σ_i s(n_i)·g_i);
-- ghost mode: `ScaledGhostModule` overrides `get_clipping_coef()` of Opacus' fast-gradient-
-  clipping module; the second backward pass then sums s(n_i)·∇loss_i;
-- `ScaledPrivacyEngine` overrides `PrivacyEngine._prepare_model/_prepare_optimizer` to build
-  them, and `make_private_poisson` wires a Poisson loader with an exact sampling rate q, the
-  expected batch size q·N and one accountant step per sampled batch (empty ones included).
+One core, `per_sample_norms` → per-sample factors s_i → `scaled_sum` Σ_i s_i·g_i → Gaussian
+noise N(0, (σ·C)²) per coordinate → division by the expected batch size q·N, with two fronts:
 
-Noise: N(0, (σ·C)²) per coordinate for every rule (each scaled per-sample gradient has norm
-≤ C), then division by the expected batch size (loss reduction "mean").
-
-Gradient alignment (paper 002 §5.2, Fig. 7): at every non-empty step the optimizer keeps
-`last_alignment`, the cosine between the transformed batch gradient a = Σ_i s(n_i)·g_i (before
-noise) and the true mean gradient b = (1/B)·Σ_i g_i, with ⟨a,b⟩, ‖a‖², ‖b‖² summed parameter by
-parameter in float64 (no batch × parameters matrix). hooks/functorch take both from the
-per-sample gradients; ghost keeps the plain mean gradient of its first backward pass.
+- Opacus' optimizer (seg): `ScaledPrivacyEngine.make_private_poisson` builds a
+  `ScaledDPOptimizer` (hooks/functorch) or `ScaledGhostModule` (ghost) whose factors are a clip
+  rule's (`dpmed.privacy.clipping`), with a Poisson loader and one accountant step per batch.
+  It also records `last_alignment`, the cosine between a = Σ_i s_i·g_i and the mean gradient
+  (paper 002 Fig. 7), summed parameter by parameter in float64.
+- a functional step (xcal): `clipped_grad_sum` then `noisy_step` on a `wrap_per_sample`
+  module; its noise std may differ per output channel (AGP), which Opacus' optimizer cannot
+  express, and it draws the noise from the caller's generator.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
-from opacus import PrivacyEngine
+import torch.nn.functional as F
+from opacus import GradSampleModule, PrivacyEngine
 from opacus.data_loader import DPDataLoader
 from opacus.grad_sample import GradSampleModuleFastGradientClipping
 from opacus.optimizers import DPOptimizer, DPOptimizerFastGradientClipping
@@ -59,9 +55,32 @@ def resolve_grad_sample_mode(mode: str, model_name: str) -> str:
 
 
 def per_sample_norms(grad_samples: Sequence[torch.Tensor]) -> torch.Tensor:
-    """‖g_i‖₂ over all parameters, from Opacus' per-parameter per-sample gradients."""
+    """‖g_i‖₂ over all parameters, from Opacus' per-parameter per-sample gradients.
+
+    Args:
+        grad_samples: one (B, ...) tensor per parameter (B > 0).
+    """
     per_param = [g.reshape(len(g), -1).norm(2, dim=-1) for g in grad_samples]
     return torch.stack(per_param, dim=1).norm(2, dim=1)
+
+
+def scaled_sum(factors: torch.Tensor, grad_sample: torch.Tensor) -> torch.Tensor:
+    """Σ_i s_i·g_i of one parameter's per-sample gradients.
+
+    Args:
+        factors: s_i, shape (B,); cast to the gradients' device and dtype.
+        grad_sample: g_i, shape (B, *parameter shape).
+    """
+    return torch.einsum("i,i...", factors.to(grad_sample.device, grad_sample.dtype), grad_sample)
+
+
+def opacus_clip_factors(norms: torch.Tensor, clip_norm: float) -> torch.Tensor:
+    """Opacus' own flat clipping factor min(1, C/(‖g_i‖ + 1e-6)) (xcal's clipping).
+
+    The seg `flat` rule (`ClipRule("flat")`) computes min(1, C/‖g_i‖) without the 1e-6; the
+    two differ in the last bits, so each study keeps its own.
+    """
+    return (clip_norm / (norms + 1e-6)).clamp(max=1.0)
 
 
 @dataclass(frozen=True)
@@ -127,9 +146,8 @@ class ScaledDPOptimizer(DPOptimizer):
         for p in self.params:
             _check_processed_flag(p.grad_sample)
             grad_sample = self._get_flat_grad_sample(p).to(p.dtype)
-            weights = factors.to(grad_sample.device, p.dtype)
-            grad = torch.einsum("i,i...", weights, grad_sample)
-            sums.add(grad, torch.einsum("i,i...", torch.ones_like(weights), grad_sample))
+            grad = scaled_sum(factors, grad_sample)
+            sums.add(grad, scaled_sum(torch.ones_like(factors), grad_sample))
             p.summed_grad = grad if p.summed_grad is None else p.summed_grad + grad
             _mark_as_processed(p.grad_sample)
         self.last_alignment = step_alignment(factors, sums) if len(factors) else None
@@ -286,3 +304,96 @@ class DPSGD:
             else:
                 p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
         self.optimizer.step()
+
+
+# ------------------------------------------------------------------ functional step (xcal)
+
+
+def wrap_per_sample(model: nn.Module, mode: str) -> GradSampleModule:
+    """Opacus' per-sample-gradient wrapper for a summed loss.
+
+    Args:
+        model: the network.
+        mode: "hooks" (Opacus layer hooks) or "functorch".
+    """
+    if mode not in ("hooks", "functorch"):
+        raise ValueError(f"grad-sample mode must be hooks or functorch, got {mode!r}")
+    return GradSampleModule(model, loss_reduction="sum", force_functorch=mode == "functorch")
+
+
+def trainable(module: nn.Module) -> dict[str, nn.Parameter]:
+    """Named trainable parameters (names without the wrapper's `_module.` prefix)."""
+    return {
+        name.removeprefix("_module."): p for name, p in module.named_parameters() if p.requires_grad
+    }
+
+
+def clipped_grad_sum(
+    gsm: GradSampleModule,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    factors: Callable[[torch.Tensor], torch.Tensor],
+    loss: Callable[..., torch.Tensor] = F.cross_entropy,
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Σ_i s(‖g_i‖)·g_i per parameter and the per-sample norms ‖g_i‖ (B,) before scaling.
+
+    An empty batch gives zero sums (the noisy step still happens, as Poisson sampling
+    requires). The wrapper's `grad_sample` and `.grad` are cleared afterwards.
+
+    Args:
+        gsm: the model wrapped by `wrap_per_sample`.
+        x, y: the batch (B ≥ 0).
+        factors: per-sample norms (B,) → scale factors (B,), e.g. a clip rule's `factors` or
+            `opacus_clip_factors` with its clip norm.
+        loss: `loss(logits, y, reduction="sum")`, the summed per-sample loss.
+    """
+    params = trainable(gsm)
+    if x.shape[0] == 0:
+        zeros = {name: torch.zeros_like(p) for name, p in params.items()}
+        return zeros, torch.zeros(0, device=x.device)
+    gsm.train()
+    loss(gsm(x), y, reduction="sum").backward()
+    samples = {name: p.grad_sample for name, p in params.items()}
+    norms = per_sample_norms(list(samples.values()))
+    scale = factors(norms)
+    sums = {name: scaled_sum(scale, g) for name, g in samples.items()}
+    zero_grad_samples(gsm)
+    return sums, norms
+
+
+def zero_grad_samples(gsm: GradSampleModule) -> None:
+    """Drop `.grad_sample` and `.grad` of every parameter (Opacus accumulates them)."""
+    for p in gsm.parameters():
+        p.grad_sample = None
+        p.grad = None
+
+
+def noisy_step(
+    gsm: GradSampleModule,
+    optimizer: torch.optim.Optimizer,
+    sums: Mapping[str, torch.Tensor],
+    noise_std: Mapping[str, torch.Tensor | float],
+    expected_batch: float,
+    generator: torch.Generator,
+) -> None:
+    """Set `.grad = (sum + N(0, std²)) / expected_batch` for every parameter, then step.
+
+    Args:
+        gsm: the wrapped model.
+        optimizer: its optimizer.
+        sums: `clipped_grad_sum`'s sums by parameter name.
+        noise_std: std by parameter name: a float, or a (C0,) tensor broadcast along dim 0
+            (one std per output channel; the guarantee is that of the smallest).
+        expected_batch: q·N, Opacus' divisor under Poisson sampling.
+        generator: the noise generator (one draw per parameter, in parameter order).
+    """
+    for name, p in trainable(gsm).items():
+        std = noise_std[name]
+        noise = torch.randn(p.shape, generator=generator, device=p.device, dtype=p.dtype)
+        if isinstance(std, torch.Tensor):
+            noise = noise * std.reshape(-1, *([1] * (p.dim() - 1)))
+        else:
+            noise = noise * float(std)
+        p.grad = (sums[name] + noise) / expected_batch
+    optimizer.step()
+    zero_grad_samples(gsm)

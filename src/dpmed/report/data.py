@@ -1,5 +1,4 @@
-"""Cross-study data outputs: `datasets.csv`, the data-overview figure and the FeTS
-patients-per-institution bar chart (paper 000, Fig. 1)."""
+"""Cross-study data outputs: `datasets.csv` and the data-overview figure."""
 
 from __future__ import annotations
 
@@ -97,22 +96,3 @@ def _overlay(
         ncol=2,
         frameon=False,
     )
-
-
-def fets_patients_per_institution(processed_dir: str | Path, png_path: str | Path) -> None:
-    """Paper 000, Fig. 1: patients per institution of the partitioning, train and val stacked."""
-    table = family_module("fets").patients_per_institution(Path(processed_dir))
-    fig, ax = plt.subplots(figsize=(9, 3.2))
-    x = np.arange(len(table))
-    ax.bar(x, table["n_train"], color="#377eb8", label="train")
-    ax.bar(x, table["n_val"], bottom=table["n_train"], color="#ff7f00", label="val")
-    ax.set_xticks(x, [str(p) for p in table["partition_id"]], fontsize=7)
-    ax.set_xlabel("institution (partition id)")
-    ax.set_ylabel("patients")
-    ax.set_title(
-        f"FeTS partitioning: {int(table['n_total'].sum())} patients in "
-        f"{len(table)} institutions (paper 000, Fig. 1)",
-        fontsize=9,
-    )
-    ax.legend(frameon=False)
-    save_figure(fig, png_path)

@@ -18,7 +18,6 @@ batches of `batch_size` (eval mode, GroupNorm: per-image outputs).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +26,14 @@ import torch
 
 from dpmed.io import write_json
 from dpmed.metrics.membership import attack_metrics
-from dpmed.runtime import seed_everything, select_device
+from dpmed.runtime import JobContext
 from dpmed.seeding import stable_seed
 from dpmed.seg.data import Split, load_seg_data
 from dpmed.seg.evaluate import morph_output
 from dpmed.seg.inference import load_run_model
 from dpmed.seg.losses import per_sample_loss
 from dpmed.seg.morphology import MorphSpec, parse_morph
+from dpmed.seg.spec import ATTACK_FILE
 
 SCORE = (
     "score = -per_sample_loss (CE + dice_weight*(1 - soft Dice)) of the eval-mode output after "
@@ -69,22 +69,18 @@ def _concat(a: Split, b: Split) -> Split:
     return Split(torch.cat([a.images, b.images]), torch.cat([a.masks, b.masks]))
 
 
-def run_attack(
-    processed_dir: str | Path,
-    run_dir: str | Path,
-    wildcards: Mapping[str, str],
-    params: Mapping[str, Any],
-    seed: int,
-    device: str = "auto",
-    threads: int | None = None,
-) -> dict[str, Any]:
-    """Attack the model in `run_dir`, write `run_dir/attack.json` and return its content."""
-    wc = dict(wildcards)
-    seed_everything(seed, threads)
-    dev = select_device(device)
-    data = load_seg_data(processed_dir, wc["dataset"])
+def run_attack(job: JobContext) -> dict[str, Any]:
+    """Attack the model in the job's run folder, write `attack.json` there and return it.
+
+    Args:
+        job: the attacked run: its processed data, folder (`out_dir`), wildcards, params
+            (quantiles, batch_size, dice_weight, attack_calibration), seed, device, threads.
+    """
+    wc, params = dict(job.wildcards), job.params
+    device = job.start()
+    data = load_seg_data(job.processed_dir, wc["dataset"])
     spec = parse_morph(wc["morph"], tuple(params["quantiles"]))
-    net = load_run_model(run_dir, params, str(dev))
+    net = load_run_model(job.out_dir, str(device))
 
     members = data.splits["train"]
     nonmembers = _concat(data.splits["val"], data.splits["test"])
@@ -95,7 +91,7 @@ def run_attack(
             f"membership attack needs ≥ 1 calibration and ≥ 1 evaluation image per side: "
             f"{n} per side, calibration fraction {params['attack_calibration']}"
         )
-    rng = np.random.default_rng(stable_seed("seg_attack", seed))
+    rng = np.random.default_rng(stable_seed("seg_attack", job.seed))
     sides = {}
     for name, split in (("members", members), ("nonmembers", nonmembers)):
         chosen = np.sort(rng.choice(len(split), size=n, replace=False))
@@ -108,7 +104,7 @@ def run_attack(
     batch = 1 if spec.kind == "adaptive" and spec.scope == "batch" else int(params["batch_size"])
     weight = float(params["dice_weight"])
     scores = {
-        name: tuple(-image_losses(net, spec, part, weight, batch, dev) for part in parts)
+        name: tuple(-image_losses(net, spec, part, weight, batch, device) for part in parts)
         for name, parts in sides.items()
     }
     result: dict[str, Any] = attack_metrics(
@@ -130,7 +126,7 @@ def run_attack(
         "scoring_batch_size": batch,
         "metrics_split": "evaluation (threshold from calibration)",
         "wildcards": wc,
-        "seed": seed,
+        "seed": job.seed,
     }
-    write_json(Path(run_dir) / "attack.json", result)
+    write_json(Path(job.out_dir) / ATTACK_FILE, result)
     return result

@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from dpmed.errors import DataFormatError
+from dpmed.seg.morphology import RETINAL_CLASSES, RETINAL_DATASET
 
 SPLITS = ("train", "val", "test")
 
@@ -79,5 +80,5 @@ def load_seg_data(processed_dir: str | Path, dataset: str) -> SegData:
         )
     if len(splits["train"]) == 0:
         raise DataFormatError(folder / "train.npz", "no training images")
-    eval_classes = tuple(range(1, 8)) if dataset == "duke" else tuple(range(1, n_classes))
+    eval_classes = RETINAL_CLASSES if dataset == RETINAL_DATASET else tuple(range(1, n_classes))
     return SegData(dataset, splits, n_classes, eval_classes)

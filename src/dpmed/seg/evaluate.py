@@ -15,7 +15,8 @@ from dpmed.metrics.segmentation import SegmentationScores
 from dpmed.metrics.structure import mean_e_measure, s_measure
 from dpmed.seg.data import Split
 from dpmed.seg.losses import split_output
-from dpmed.seg.morphology import Assignment, MorphSpec, apply_morph
+from dpmed.seg.morph_ops import Assignment, apply_morph
+from dpmed.seg.morphology import MorphSpec
 
 
 def morph_output(spec: MorphSpec, output: object) -> tuple[object, Assignment | None]:

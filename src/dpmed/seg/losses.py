@@ -5,8 +5,8 @@ for Inf-Net), where CE_i is the pixel mean of the cross-entropy of image i, Soft
 over classes c of (2 Σ p_c g_c + 1)/(Σ p_c + Σ g_c + 1) over the pixels of image i (p =
 softmax, g = one-hot label; the +1 smoothing makes a class absent from both count as 1), and
 the edge target is the label boundary (a pixel whose 3×3 neighbourhood holds another class).
-Deep supervision averages the losses of every map. The returned tensor has shape [B], the
-per-sample loss that DP-SGD needs (REFERENCE.md §3–4).
+Deep supervision averages the losses of every map. The returned tensor has shape [B]: DP-SGD
+needs one loss per image, so that one image changes only its own per-sample gradient.
 """
 
 from __future__ import annotations

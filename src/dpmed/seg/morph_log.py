@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from dpmed.seg.morphology import OPERATIONS, RETINAL_CLASSES, Assignment
+from dpmed.seg.morph_ops import Assignment
+from dpmed.seg.morphology import OPERATIONS, RETINAL_CLASSES
 
 MORPH_COLUMNS = [
     "epoch",

@@ -1,165 +1,186 @@
-"""DP-Morph: grey-scale morphology on logits before the loss, fixed or class-adaptive.
+"""DP-Morph variants (paper 002 §3): the registry of morphologies a seg job can apply to its
+logits, the grammar of the `morph` wildcard, and what each variant needs of a dataset.
 
-Dilation of a (B, C, H, W) map with a k×k ones kernel is max-pool (stride 1, padding k//2;
-pixels outside the image are ignored), erosion is −max-pool(−x) (REFERENCE.md §2). Opening =
-dilate(erode(x)) removes small bright artefacts, closing = erode(dilate(x)) fills gaps, `both`
-= closing(opening(x)) (opening followed by closing).
+  none                    no morphology;
+  <op>-k<k>               a fixed grey opening / closing / both (opening, then closing) with a
+                          k×k kernel on every class;
+  adaptive-vN[-qL-H][-s]  one operation per retinal layer from its thickness: thin layers are
+                          closed, intermediate ones get both, thick ones the variant's operation
+                          (v1 open, v2 both, v3 close). `-qL-H` sets the thickness quantiles
+                          (else the configured ones); `-s` takes them per image (sound) instead
+                          of over the batch (the paper's, which couples the images of a batch).
 
-Adaptive DP-Morph (paper 002 §3.2), on the retinal classes R = {1..7} of Duke:
-  ŷ = argmax_c z; thickness t_{b,c} = (1/W) Σ_x Σ_y 1[ŷ_{b,y,x} = c] (pixels per column);
-  T_thin, T_thick = quantiles q_low, q_high (linear interpolation) of {t_{b,c} : c ∈ R};
-  class c with mean thickness t̄_c: t̄_c < T_thin → thin → closing; t̄_c > T_thick → thick →
-  v1 opening / v2 both / v3 closing; otherwise intermediate → both. Other classes unchanged.
-Scope "batch" (the paper): thresholds over the whole batch and t̄_c = batch mean, so one
-image's operation depends on the other images of the batch (a coupling across samples, see
-`dpmed.seg.run` for its privacy label). Scope "sample": the same rule with each image's own
-seven thicknesses (quantiles over R, t̄_c = t_{b,c}), no coupling. Kernel 3×3 for adaptive.
+A light module (the rule file reads it at parse time): the tensor operations are in
+`dpmed.seg.morph_ops`. A variant is one `MORPHS.add` here (a new fixed operation also needs
+its function in `morph_ops.APPLY`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-import torch
-import torch.nn.functional as F
+from dpmed.registry import Registry
 
-OPERATIONS = ("open", "close", "both")
-RETINAL_CLASSES = tuple(range(1, 8))
-THICK_OPERATION = {1: "open", 2: "both", 3: "close"}
-_PATTERN = re.compile(
-    r"^(?:(none)|(open|close|both)-k([35])|adaptive-v([123])(?:-q(\d+)-(\d+))?(-s)?)$"
+MORPH_KINDS = ("none", "fixed", "adaptive")  # in report order
+OPERATIONS = ("open", "close", "both")  # what a fixed variant or the adaptive policy applies
+RETINAL_CLASSES = tuple(range(1, 8))  # the classes the adaptive policy measures (Duke layers)
+ADAPTIVE_KERNEL = 3
+DEFAULT_QUANTILES = (20.0, 85.0)
+
+
+@dataclass(frozen=True)
+class Morph:
+    """A registered DP-Morph variant.
+
+    Args:
+        kind: `none`, `fixed` (one operation on every class) or `adaptive` (an operation per
+            retinal layer from its thickness).
+        operation: fixed: its operation; adaptive: the operation of thick layers.
+        kernels: the kernel sizes a fixed variant takes (wildcard `<name>-k<k>`).
+        datasets: the seg datasets it can run on (None: all), and `why` not on the others.
+    """
+
+    kind: str
+    operation: str | None = None
+    kernels: tuple[int, ...] = ()
+    datasets: tuple[str, ...] | None = None
+    why: str = ""
+
+    def pattern(self, name: str, groups: bool = False) -> str:
+        """The regex of the `morph` wildcard values of variant `name` (with named groups k,
+        low, high, sample for `parse_morph` when `groups`)."""
+        if self.kind == "fixed":
+            kernels = "|".join(str(k) for k in self.kernels)
+            return rf"{name}-k(?P<k>{kernels})" if groups else rf"{name}-k(?:{kernels})"
+        if self.kind == "adaptive":
+            if groups:
+                return rf"{name}(?:-q(?P<low>[0-9]+)-(?P<high>[0-9]+))?(?P<sample>-s)?"
+            return rf"{name}(?:-q[0-9]+-[0-9]+)?(?:-s)?"
+        return name
+
+
+# The dataset whose classes 1–7 are the retinal layers the adaptive policy measures.
+RETINAL_DATASET = "duke"
+ADAPTIVE_NEEDS = f"adaptive DP-Morph needs the multi-class retinal layers of {RETINAL_DATASET}"
+
+MORPHS: Registry[Morph] = Registry("morphology")
+MORPHS.add("none", Morph("none"))
+MORPHS.add("open", Morph("fixed", "open", kernels=(3, 5)))
+MORPHS.add("close", Morph("fixed", "close", kernels=(3, 5)))
+MORPHS.add("both", Morph("fixed", "both", kernels=(3, 5)))
+MORPHS.add(
+    "adaptive-v1", Morph("adaptive", "open", datasets=(RETINAL_DATASET,), why=ADAPTIVE_NEEDS)
+)
+MORPHS.add(
+    "adaptive-v2", Morph("adaptive", "both", datasets=(RETINAL_DATASET,), why=ADAPTIVE_NEEDS)
+)
+MORPHS.add(
+    "adaptive-v3", Morph("adaptive", "close", datasets=(RETINAL_DATASET,), why=ADAPTIVE_NEEDS)
 )
 
 
-def dilate(x: torch.Tensor, k: int) -> torch.Tensor:
-    """Grey dilation: max over the k×k neighbourhood inside the image."""
-    return F.max_pool2d(x, k, stride=1, padding=k // 2)
-
-
-def erode(x: torch.Tensor, k: int) -> torch.Tensor:
-    """Grey erosion: min over the k×k neighbourhood inside the image."""
-    return -F.max_pool2d(-x, k, stride=1, padding=k // 2)
-
-
-def opening(x: torch.Tensor, k: int) -> torch.Tensor:
-    return dilate(erode(x, k), k)
-
-
-def closing(x: torch.Tensor, k: int) -> torch.Tensor:
-    return erode(dilate(x, k), k)
-
-
-def both(x: torch.Tensor, k: int) -> torch.Tensor:
-    """Opening followed by closing."""
-    return closing(opening(x, k), k)
-
-
-APPLY = {"open": opening, "close": closing, "both": both}
+def morph_pattern() -> str:
+    """The regex of every `morph` wildcard value (Snakemake constraint and config schema)."""
+    return "|".join(entry.pattern(name) for name, entry in MORPHS.items())
 
 
 @dataclass(frozen=True)
 class MorphSpec:
-    """Parsed `morph` wildcard: kind none | fixed (op, k) | adaptive (version, quantiles)."""
+    """A parsed `morph` wildcard.
 
+    Args:
+        name: its registered variant.
+        kind: the variant's kind (`none`, `fixed`, `adaptive`).
+        op: fixed: the operation; adaptive: the operation of thick layers.
+        k: the kernel size.
+        quantiles: adaptive: the thickness quantiles (q_low, q_high) in percent.
+        scope: adaptive: thresholds over the `batch` (the paper's) or per image (`sample`).
+    """
+
+    name: str
     kind: str
     op: str | None = None
-    k: int = 3
-    version: int | None = None
-    quantiles: tuple[float, float] = (20.0, 85.0)
+    k: int = ADAPTIVE_KERNEL
+    quantiles: tuple[float, float] = DEFAULT_QUANTILES
     scope: str = "batch"
 
     @property
     def label(self) -> str:
-        if self.kind == "none":
-            return "none"
-        if self.kind == "fixed":
-            return f"{self.op}-k{self.k}"
-        return f"adaptive-v{self.version}"
+        """The wildcard without the adaptive options (`adaptive-v2-q25-80-s` → `adaptive-v2`)."""
+        return f"{self.name}-k{self.k}" if self.kind == "fixed" else self.name
+
+    @property
+    def variant(self) -> str:
+        """An adaptive variant's short name (`v2`); the label otherwise."""
+        return self.name.removeprefix("adaptive-") if self.kind == "adaptive" else self.label
 
 
-def parse_morph(text: str, quantiles: tuple[float, float] = (20.0, 85.0)) -> MorphSpec:
-    """`none`, `{open,close,both}-k{3,5}` or `adaptive-v{1,2,3}[-q{low}-{high}][-s]`: the q
-    suffix overrides the configured quantiles, `-s` selects the per-image (sound) scope."""
-    match = _PATTERN.match(text)
-    if not match:
-        raise ValueError(f"morph '{text}' is not none, <op>-k<3|5> or adaptive-v<1|2|3>[-qL-H][-s]")
-    none, op, k, version, q_low, q_high, per_sample = match.groups()
-    if none:
-        return MorphSpec("none")
-    if op:
-        return MorphSpec("fixed", op=op, k=int(k))
-    q = (float(q_low), float(q_high)) if q_low else tuple(float(v) for v in quantiles)
+def _match(text: str) -> tuple[str, Morph, Mapping[str, str | None]] | None:
+    for name, entry in MORPHS.items():
+        match = re.fullmatch(entry.pattern(name, groups=True), text)
+        if match:
+            return name, entry, match.groupdict()
+    return None
+
+
+def parse_morph(text: str, quantiles: tuple[float, float] = DEFAULT_QUANTILES) -> MorphSpec:
+    """The `MorphSpec` of a `morph` wildcard; an adaptive `-qL-H` suffix overrides `quantiles`.
+
+    Raises ValueError for a text no registered variant spells, or quantiles outside
+    0 ≤ low ≤ high ≤ 100.
+    """
+    found = _match(text)
+    if found is None:
+        raise ValueError(f"morph '{text}' is not one of: {morph_pattern()}")
+    name, entry, groups = found
+    if entry.kind == "none":
+        return MorphSpec(name, "none")
+    if entry.kind == "fixed":
+        return MorphSpec(name, "fixed", entry.operation, int(groups["k"]))
+    if groups["low"]:
+        q = (float(groups["low"]), float(groups["high"]))
+    else:
+        q = (float(quantiles[0]), float(quantiles[1]))
     if not 0 <= q[0] <= q[1] <= 100:
         raise ValueError(f"adaptive quantiles must satisfy 0 ≤ low ≤ high ≤ 100, got {q}")
-    return MorphSpec(
-        "adaptive", version=int(version), quantiles=q, scope="sample" if per_sample else "batch"
-    )
+    scope = "sample" if groups["sample"] else "batch"
+    return MorphSpec(name, "adaptive", entry.operation, quantiles=q, scope=scope)
 
 
-def thickness(logits: torch.Tensor) -> torch.Tensor:
-    """t_{b,c}: pixels of predicted class c per column, averaged over columns; (B, C)."""
-    pred = logits.detach().argmax(dim=1)
-    onehot = F.one_hot(pred, logits.shape[1]).to(logits.dtype)  # B,H,W,C
-    return onehot.sum(dim=1).mean(dim=1)
+def morph_kind(morph: str) -> str:
+    """The kind (`none`, `fixed`, `adaptive`) of a `morph` wildcard."""
+    found = _match(morph)
+    if found is None:
+        raise ValueError(f"morph '{morph}' is not one of: {morph_pattern()}")
+    return found[1].kind
 
 
-@dataclass(frozen=True)
-class Assignment:
-    """Operation per (image, class): codes index OPERATIONS, −1 = unchanged. Thresholds are
-    per image (scope sample) or repeated per image (scope batch)."""
-
-    codes: torch.Tensor  # (B, C) int64
-    thickness: torch.Tensor  # (B, C) t_{b,c}
-    t_thin: torch.Tensor  # (B,)
-    t_thick: torch.Tensor  # (B,)
+def is_plain(morph: str) -> bool:
+    """Whether a `morph` wildcard has none of the adaptive options (`-qL-H`, `-s`): a variant
+    of the paper's main grid."""
+    found = _match(morph)
+    return found is not None and (found[1].kind != "adaptive" or morph == found[0])
 
 
-def assign(
-    thick: torch.Tensor,
-    version: int,
-    quantiles: tuple[float, float],
-    scope: str = "batch",
-    classes: tuple[int, ...] = RETINAL_CLASSES,
-) -> Assignment:
-    """The adaptive policy on a (B, C) thickness matrix (module docstring)."""
-    b, c = thick.shape
-    idx = list(classes)
-    q = torch.tensor([quantiles[0] / 100, quantiles[1] / 100], dtype=thick.dtype)
-    retinal = thick[:, idx]
-    if scope == "batch":
-        lo, hi = torch.quantile(retinal.reshape(-1), q.to(thick.device))
-        ref = retinal.mean(dim=0, keepdim=True).expand(b, -1)
-        t_thin, t_thick = lo.expand(b), hi.expand(b)
-    else:
-        bounds = torch.quantile(retinal, q.to(thick.device), dim=1)  # (2, B)
-        t_thin, t_thick = bounds[0], bounds[1]
-        ref = retinal
-    code_thin = OPERATIONS.index("close")
-    code_mid = OPERATIONS.index("both")
-    code_thick = OPERATIONS.index(THICK_OPERATION[version])
-    codes_r = torch.full_like(ref, code_mid, dtype=torch.long)
-    codes_r = torch.where(ref < t_thin[:, None], code_thin, codes_r)
-    codes_r = torch.where(ref > t_thick[:, None], code_thick, codes_r)
-    codes = torch.full((b, c), -1, dtype=torch.long, device=thick.device)
-    codes[:, idx] = codes_r
-    return Assignment(codes, thick, t_thin, t_thick)
+def has_quantiles(morph: str) -> bool:
+    """Whether a `morph` wildcard sets its own adaptive quantiles (`-qL-H`)."""
+    found = _match(morph)
+    return found is not None and found[2].get("low") is not None
 
 
-def apply_morph(
-    spec: MorphSpec, logits: torch.Tensor, assignment: Assignment | None = None
-) -> tuple[torch.Tensor, Assignment | None]:
-    """DP-Morph of (B, C, H, W) logits; for adaptive, the assignment used (computed from
-    `logits` unless given, e.g. from the final map for the deep-supervision side maps)."""
-    if spec.kind == "none":
-        return logits, None
-    if spec.kind == "fixed":
-        return APPLY[spec.op](logits, spec.k), None
-    if assignment is None:
-        assignment = assign(thickness(logits), spec.version, spec.quantiles, spec.scope)
-    out = logits
-    codes = assignment.codes[:, :, None, None]
-    for code, name in enumerate(OPERATIONS):
-        if bool((assignment.codes == code).any()):
-            out = torch.where(codes == code, APPLY[name](logits, spec.k), out)
-    return out, assignment
+def unsupported(morph: str, dataset: str) -> str | None:
+    """Why `morph` cannot run on `dataset` (None when it can)."""
+    found = _match(morph)
+    if found is None:
+        return f"morph '{morph}' is not one of: {morph_pattern()}"
+    entry = found[1]
+    if entry.datasets is not None and dataset not in entry.datasets:
+        return entry.why or f"morph '{found[0]}' runs on {', '.join(entry.datasets)} only"
+    return None
+
+
+def adaptive_variants() -> tuple[str, ...]:
+    """The registered adaptive variants (`adaptive-v1`, ...), in registration order."""
+    return tuple(name for name, entry in MORPHS.items() if entry.kind == "adaptive")

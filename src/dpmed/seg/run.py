@@ -1,35 +1,29 @@
-"""Train one seg job: {dataset}/{model}/{clip}/{morph}/eps{eps}/seed{seed} (paper 002 §3–4).
+"""Train one seg job {dataset}/{model}/{clip}/{morph}/eps{eps}/seed{seed} (paper 002 §3–4).
 
-Private runs (finite ε, clip ≠ none): DP-SGD through `dpmed.privacy.dpsgd` with Poisson
+Private runs (finite ε, a bounded clip rule): DP-SGD through `dpmed.privacy.dpsgd` with Poisson
 sampling at q = min(1, batch_size/N), int(1/q) sampled batches per epoch, one accounted step
 per batch (an empty batch is a noise-only step), noise multiplier σ calibrated so that the
 configured accountant gives ε ≤ target after all planned steps at `delta`. Non-private runs
 (clip none, ε inf) train without Opacus on shuffled batches of `batch_size`, minimising the
-mean of the same per-sample losses. DP-Morph (`dpmed.seg.morphology`) transforms the logits
+mean of the same per-sample losses. DP-Morph (`dpmed.seg.morph_ops`) transforms the logits
 before the loss and at evaluation; for adaptive morphology the policy is computed from the
-final map and applied to every deep-supervision map.
+final map and applied to every deep-supervision map. A swept clip wildcard
+(`flat-C0.5-lr0.001`) names the rule; its clip_norm and lr already arrive in the params.
 
-The clip wildcard names the rule, optionally with a sweep suffix (`flat-C0.5-lr0.001`); the
-swept clip_norm and lr already arrive in `params`.
-
-Outputs in `out_dir`: metrics.json (test Dice/HD95/MAE, COVID S_α/E_φ, final val Dice,
+Outputs in the job folder: metrics.json (test Dice/HD95/MAE, COVID S_α/E_φ, final val Dice,
 training seconds), history.csv (per epoch: loss, val Dice (+ per class), ε spent, seconds),
 morph_log.csv (adaptive runs: per epoch and class the mean thickness, thresholds and share of
 each operation; header only otherwise), alignment.csv (private runs: per non-empty step the
 cosine between the scaled pre-noise and the true mean gradient, batch size, clipped share;
-header only otherwise; `dpmed.seg.alignment`), privacy.json, model.pt. `checkpoint.pt` is written
-every epoch and removed once all outputs exist; a killed job resumes from it when its
-fingerprint (wildcards, params, seed) matches.
+header only otherwise), privacy.json, model.pt (with its build arguments). The job's
+`runtime.Checkpoint` is saved every epoch and removed once all outputs exist.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import random
 import time
-from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,256 +38,369 @@ from dpmed.io import write_csv, write_json
 from dpmed.models import build_model, model_arguments, save_model
 from dpmed.privacy import accounting
 from dpmed.privacy.clipping import ClipRule
-from dpmed.privacy.dpsgd import ScaledPrivacyEngine, resolve_grad_sample_mode
-from dpmed.runtime import Progress, load_checkpoint, save_checkpoint, seed_everything, select_device
+from dpmed.privacy.dpsgd import DPSGD, ScaledPrivacyEngine, resolve_grad_sample_mode
+from dpmed.runtime import Checkpoint, JobContext, Progress
 from dpmed.seg.alignment import AlignmentLog
 from dpmed.seg.data import SegData, load_seg_data
 from dpmed.seg.evaluate import evaluate, morph_output
 from dpmed.seg.losses import per_sample_loss
 from dpmed.seg.morph_log import MORPH_COLUMNS, MorphLog
-from dpmed.seg.morphology import parse_morph
+from dpmed.seg.morphology import MorphSpec, parse_morph
 from dpmed.seg.privacy import seg_privacy_record
-from dpmed.seg.spec import clip_rule
-
-CHECKPOINT = "checkpoint.pt"
+from dpmed.seg.spec import STRUCTURE_DATASETS, clip_rule, invalid
 
 
-def fingerprint(wildcards: Mapping[str, str], params: Mapping[str, Any], seed: int) -> str:
-    """Stable hash of what defines a job (a checkpoint of another job is never resumed)."""
-    text = json.dumps({"wc": dict(wildcards), "params": dict(params), "seed": seed}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _check_params(params: Mapping[str, Any], data: SegData) -> None:
-    h, w = data.size
-    factor = 2 ** int(params["depth"])
-    if h % factor or w % factor:
-        raise ConfigError(
-            "seg.params.depth", f"image size {h}×{w} is not divisible by 2^depth = {factor}"
-        )
-
-
-def train_seg(
-    processed_dir: str | Path,
-    out_dir: str | Path,
-    wildcards: Mapping[str, str],
-    params: Mapping[str, Any],
-    seed: int,
-    device: str = "auto",
-    threads: int | None = None,
-) -> dict[str, Any]:
-    """Run (or resume) one job and write its outputs; returns the metrics dict."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    wc = dict(wildcards)
-    dataset, model_name, clip = wc["dataset"], wc["model"], wc["clip"]
-    rule_name = clip_rule(clip)
-    target_eps = parse_eps(wc["eps"])
-    private = not math.isinf(target_eps)
-    if private == (rule_name == "none"):
-        raise ConfigError("seg.grid", f"clip '{clip}' with eps {wc['eps']}: none ⇔ eps inf")
-    seed_everything(seed, threads)
-    dev = select_device(device)
-    data = load_seg_data(processed_dir, dataset)
-    _check_params(params, data)
-    spec = parse_morph(wc["morph"], tuple(params["quantiles"]))
-    if spec.kind == "adaptive" and data.n_classes < 8:
-        raise ConfigError(
-            "seg.grid.morphs", f"adaptive DP-Morph needs the retinal layers of duke, not {dataset}"
-        )
-
-    arguments = model_arguments(
-        model_name, {"in_channels": 1, "n_classes": data.n_classes, **params}
-    )
-    net = build_model(model_name, **arguments).to(dev)
-    lr = float(params["lr"])
-    opt = (
-        torch.optim.Adam(net.parameters(), lr=lr)
-        if params["optimizer"] == "adam"
-        else torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
-    )
-    epochs, batch_size, delta = (
-        int(params["epochs"]),
-        int(params["batch_size"]),
-        float(params["delta"]),
-    )
-    train = data.splits["train"]
-    n_train = len(train)
-    q = min(1.0, batch_size / n_train)
-    steps_per_epoch = int(1 / q) if private else math.ceil(n_train / batch_size)
-    planned_steps = epochs * steps_per_epoch
-    generator = torch.Generator().manual_seed(seed)
-    mode = resolve_grad_sample_mode(params["grad_sample_mode"], model_name) if private else "none"
-
-    fp = fingerprint(wc, params, seed)
-    ckpt = load_checkpoint(out / CHECKPOINT, "cpu")
-    if ckpt is not None and (ckpt.get("fingerprint") != fp or "alignment_rows" not in ckpt):
-        print(f"{out / CHECKPOINT}: from another configuration, starting afresh", flush=True)
-        ckpt = None
-    history: list[dict[str, Any]] = []
-    morph_log = MorphLog()
-    alignment = AlignmentLog()
-    accountant_history: list[tuple[float, float, int]] = []
-    start_epoch, train_seconds, empty_batches = 0, 0.0, 0
-    if ckpt is not None:
-        net.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        history, morph_log.rows = ckpt["history"], ckpt["morph_rows"]
-        alignment = AlignmentLog(ckpt["alignment_rows"])
-        accountant_history = [tuple(h) for h in ckpt["accountant"]]
-        start_epoch, train_seconds, empty_batches = (
-            ckpt["epoch"],
-            ckpt["train_seconds"],
-            ckpt["empty_batches"],
-        )
-        generator.set_state(ckpt["generator"])
-        torch.set_rng_state(ckpt["torch_rng"])
-        if ckpt["cuda_rng"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(ckpt["cuda_rng"])
-        np.random.set_state(ckpt["numpy_rng"])
-        random.setstate(ckpt["python_rng"])
-        print(f"resuming {out} after epoch {start_epoch}", flush=True)
-
-    rule = ClipRule(
-        rule_name, float(params["clip_norm"]), float(params["autos_gamma"]), float(params["r"])
-    )
-    sigma = None
-    if private:
-        sigma = accounting.noise_multiplier(
-            target_eps, delta, q, planned_steps, params["accountant"]
-        )
-        engine = ScaledPrivacyEngine(rule, accountant=params["accountant"])
-        engine.accountant.history = list(accountant_history)
-        dp = engine.make_private_poisson(
-            net,
-            opt,
-            train.dataset(),
-            sample_rate=q,
-            noise_multiplier=sigma,
-            grad_sample_mode=mode,
-            generator=generator,
-        )
-        module, optimizer, loader = dp.module, dp.optimizer, dp.loader
-    else:
-        dp = None
-        module, optimizer = net, opt
-        loader = DataLoader(
-            train.dataset(), batch_size=batch_size, shuffle=True, generator=generator
-        )
-
-    progress = Progress(f"seg {'/'.join(wc.values())}", epochs, start=start_epoch)
+def run(job: JobContext) -> dict[str, Any]:
+    """Run (or resume) one seg job and write its outputs; returns the metrics dict."""
+    device = job.start()
+    data = load_seg_data(job.processed_dir, job.wildcards["dataset"])
+    plan = Plan.of(job, data)
+    net, arguments = build_network(job, data, device)
+    optimizer = make_optimizer(net, job.params)
+    generator = torch.Generator().manual_seed(job.seed)
+    checkpoint = job.checkpoint()
+    state = resume(checkpoint, net, optimizer, generator)
+    setup = make_setup(plan, net, optimizer, data, generator, state)
+    progress = Progress(f"seg {'/'.join(job.wildcards.values())}", plan.epochs, state.epoch)
     net.train()
-    for epoch in range(start_epoch, epochs):
+    for epoch in range(state.epoch, plan.epochs):
         t0 = time.perf_counter()
-        losses: list[float] = []
-        for batch, (x, y) in enumerate(loader):
-            optimizer.zero_grad()
-            if len(y) == 0:
-                dp.step_empty()
-                empty_batches += 1
-                continue
-            x, y = x.to(dev), y.to(dev)
-            output, assignment = morph_output(spec, module(x))
-            if assignment is not None:
-                morph_log.add(assignment)
-            loss = per_sample_loss(output, y, float(params["dice_weight"]))
-            if dp is not None:
-                dp.backward(loss)
-            else:
-                loss.mean().backward()
-            optimizer.step()
-            if dp is not None:
-                step = epoch * steps_per_epoch + batch + 1
-                alignment.add(epoch + 1, step, dp.optimizer.last_alignment)
-            losses.extend(loss.detach().cpu().tolist())
+        losses = train_epoch(setup, plan, state, epoch, device)
         seconds = time.perf_counter() - t0
-        train_seconds += seconds
-        val = evaluate(
-            net, spec, data.splits["val"], data.eval_classes, batch_size, dev, hd95=False
-        )
-        eps_spent = (
-            accounting.epsilon(engine.accountant.history, delta, params["accountant"])
-            if private
-            else None
-        )
-        row = {
-            "epoch": epoch + 1,
-            "loss": float(np.mean(losses)) if losses else math.nan,
-            "val_dice": val["dice"],
-            "epsilon": eps_spent if private else math.inf,
-            "seconds": seconds,
-        }
-        row |= {f"val_dice_c{c}": v for c, v in val["dice_per_class"].items()}
-        history.append(row)
-        morph_log.close_epoch(epoch + 1)
-        progress.line(epoch + 1, {"loss": row["loss"], "val_dice": row["val_dice"]}, eps_spent)
-        save_checkpoint(
-            out / CHECKPOINT,
-            {
-                "fingerprint": fp,
-                "epoch": epoch + 1,
-                "model": net.state_dict(),
-                "optimizer": opt.state_dict(),
-                "history": history,
-                "morph_rows": morph_log.rows,
-                "alignment_rows": alignment.rows,
-                "accountant": list(engine.accountant.history) if private else [],
-                "train_seconds": train_seconds,
-                "empty_batches": empty_batches,
-                "generator": generator.get_state(),
-                "torch_rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                "numpy_rng": np.random.get_state(),
-                "python_rng": random.getstate(),
-            },
+        state.train_seconds += seconds
+        row = epoch_row(net, plan, data, device, setup, epoch, losses, seconds)
+        state.history.append(row)
+        state.morph_log.close_epoch(epoch + 1)
+        state.epoch = epoch + 1
+        epsilon = None if setup.dp is None else row["epsilon"]
+        progress.line(epoch + 1, {"loss": row["loss"], "val_dice": row["val_dice"]}, epsilon)
+        checkpoint.save(state.saved(net, optimizer, generator, setup))
+    metrics = final_metrics(net, plan, data, device, job, state)
+    write_outputs(job, plan, setup, state, metrics, net, arguments)
+    checkpoint.remove()
+    return metrics
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the job's wildcards and params fix before training.
+
+    Args:
+        rule: the clipping rule with its constants.
+        private: whether the job trains with DP-SGD (finite ε).
+        target_eps: the configured ε (inf for non-private jobs).
+        morph: the DP-Morph of the logits.
+        epochs: training epochs.
+        batch_size: expected Poisson batch size (private) or fixed batch size.
+        q: the Poisson sampling rate min(1, batch_size/N).
+        steps_per_epoch: int(1/q) sampled batches (private) or ⌈N/batch_size⌉ batches.
+        mode: the per-sample-gradient mode (`none` for non-private jobs).
+        params: the job's hyperparameters.
+    """
+
+    rule: ClipRule
+    private: bool
+    target_eps: float
+    morph: MorphSpec
+    epochs: int
+    batch_size: int
+    q: float
+    steps_per_epoch: int
+    mode: str
+    params: dict[str, Any]
+
+    @classmethod
+    def of(cls, job: JobContext, data: SegData) -> Plan:
+        """The plan of `job` on `data`; ConfigError when the cell is not a seg job or the image
+        size does not divide by 2^depth."""
+        wc, params = dict(job.wildcards), dict(job.params)
+        reason = invalid(wc)
+        if reason:
+            raise ConfigError("seg.grid", f"{'/'.join(wc.values())}: {reason}")
+        h, w = data.size
+        factor = 2 ** int(params["depth"])
+        if h % factor or w % factor:
+            raise ConfigError(
+                "seg.params.depth", f"image size {h}×{w} is not divisible by 2^depth = {factor}"
+            )
+        target_eps = parse_eps(wc["eps"])
+        private = not math.isinf(target_eps)
+        batch_size, n_train = int(params["batch_size"]), len(data.splits["train"])
+        q = min(1.0, batch_size / n_train)
+        mode = params["grad_sample_mode"]
+        return cls(
+            rule=ClipRule(
+                clip_rule(wc["clip"]),
+                float(params["clip_norm"]),
+                float(params["autos_gamma"]),
+                float(params["r"]),
+            ),
+            private=private,
+            target_eps=target_eps,
+            morph=parse_morph(wc["morph"], tuple(params["quantiles"])),
+            epochs=int(params["epochs"]),
+            batch_size=batch_size,
+            q=q,
+            steps_per_epoch=int(1 / q) if private else math.ceil(n_train / batch_size),
+            mode=resolve_grad_sample_mode(mode, wc["model"]) if private else "none",
+            params=params,
         )
 
-    val = evaluate(net, spec, data.splits["val"], data.eval_classes, batch_size, dev, hd95=False)
+
+def build_network(
+    job: JobContext, data: SegData, device: torch.device
+) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """The job's network on `device` and its build arguments (from the params it declares)."""
+    model = job.wildcards["model"]
+    available = {"in_channels": 1, "n_classes": data.n_classes, **job.params}
+    arguments = model_arguments(model, available)
+    return build_model(model, **arguments).to(device), arguments
+
+
+def make_optimizer(net: torch.nn.Module, params: dict[str, Any]) -> torch.optim.Optimizer:
+    """Adam, or SGD with momentum 0.9, at the job's learning rate."""
+    lr = float(params["lr"])
+    if params["optimizer"] == "adam":
+        return torch.optim.Adam(net.parameters(), lr=lr)
+    return torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
+
+
+@dataclass
+class TrainState:
+    """What a checkpoint carries besides the weights: the epochs done and their logs."""
+
+    epoch: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    morph_log: MorphLog = field(default_factory=MorphLog)
+    alignment: AlignmentLog = field(default_factory=AlignmentLog)
+    accountant: list[tuple[float, float, int]] = field(default_factory=list)
+    train_seconds: float = 0.0
+    empty_batches: int = 0
+
+    def saved(
+        self,
+        net: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        generator: torch.Generator,
+        setup: Setup,
+    ) -> dict[str, Any]:
+        """The checkpoint state after an epoch (the Poisson sampler's generator included)."""
+        return {
+            "epoch": self.epoch,
+            "model": net.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "history": self.history,
+            "morph_rows": self.morph_log.rows,
+            "alignment_rows": self.alignment.rows,
+            "accountant": setup.accountant_history(),
+            "train_seconds": self.train_seconds,
+            "empty_batches": self.empty_batches,
+            "generator": generator.get_state(),
+        }
+
+
+def resume(
+    checkpoint: Checkpoint,
+    net: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    generator: torch.Generator,
+) -> TrainState:
+    """A fresh state, or the checkpoint's with weights, optimizer and generator restored
+    (`Checkpoint.load` restores the global RNGs)."""
+    saved = checkpoint.load()
+    if saved is None:
+        return TrainState()
+    net.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    generator.set_state(saved["generator"])
+    state = TrainState(
+        epoch=saved["epoch"],
+        history=saved["history"],
+        alignment=AlignmentLog(saved["alignment_rows"]),
+        accountant=[tuple(h) for h in saved["accountant"]],
+        train_seconds=saved["train_seconds"],
+        empty_batches=saved["empty_batches"],
+    )
+    state.morph_log.rows = saved["morph_rows"]
+    print(f"resuming {checkpoint.path.parent} after epoch {state.epoch}", flush=True)
+    return state
+
+
+@dataclass
+class Setup:
+    """The module, optimizer and loader a job steps with: Opacus' wrappers for DP-SGD (`dp`),
+    the plain network otherwise."""
+
+    module: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    loader: DataLoader
+    dp: DPSGD | None = None
+    sigma: float | None = None
+
+    def accountant_history(self) -> list[tuple[float, float, int]]:
+        return [] if self.dp is None else list(self.dp.engine.accountant.history)
+
+
+def make_setup(
+    plan: Plan,
+    net: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data: SegData,
+    generator: torch.Generator,
+    state: TrainState,
+) -> Setup:
+    """DP-SGD with σ calibrated to the target ε over all planned steps (the accountant resumed
+    from `state`), or plain shuffled batches for a non-private job."""
+    train = data.splits["train"].dataset()
+    if not plan.private:
+        loader = DataLoader(train, batch_size=plan.batch_size, shuffle=True, generator=generator)
+        return Setup(net, optimizer, loader)
+    params = plan.params
+    planned_steps = plan.epochs * plan.steps_per_epoch
+    delta, accountant = float(params["delta"]), params["accountant"]
+    sigma = accounting.noise_multiplier(plan.target_eps, delta, plan.q, planned_steps, accountant)
+    engine = ScaledPrivacyEngine(plan.rule, accountant=accountant)
+    engine.accountant.history = list(state.accountant)
+    dp = engine.make_private_poisson(
+        net,
+        optimizer,
+        train,
+        sample_rate=plan.q,
+        noise_multiplier=sigma,
+        grad_sample_mode=plan.mode,
+        generator=generator,
+    )
+    return Setup(dp.module, dp.optimizer, dp.loader, dp, sigma)
+
+
+def train_epoch(
+    setup: Setup, plan: Plan, state: TrainState, epoch: int, device: torch.device
+) -> list[float]:
+    """One pass over the loader (epoch is 0-based); returns the per-sample training losses."""
+    dice_weight = float(plan.params["dice_weight"])
+    losses: list[float] = []
+    for batch, (x, y) in enumerate(setup.loader):
+        setup.optimizer.zero_grad()
+        if len(y) == 0:
+            setup.dp.step_empty()
+            state.empty_batches += 1
+            continue
+        x, y = x.to(device), y.to(device)
+        output, assignment = morph_output(plan.morph, setup.module(x))
+        if assignment is not None:
+            state.morph_log.add(assignment)
+        loss = per_sample_loss(output, y, dice_weight)
+        if setup.dp is not None:
+            setup.dp.backward(loss)
+        else:
+            loss.mean().backward()
+        setup.optimizer.step()
+        if setup.dp is not None:
+            step = epoch * plan.steps_per_epoch + batch + 1
+            state.alignment.add(epoch + 1, step, setup.dp.optimizer.last_alignment)
+        losses.extend(loss.detach().cpu().tolist())
+    return losses
+
+
+def epoch_row(
+    net: torch.nn.Module,
+    plan: Plan,
+    data: SegData,
+    device: torch.device,
+    setup: Setup,
+    epoch: int,
+    losses: list[float],
+    seconds: float,
+) -> dict[str, Any]:
+    """history.csv's row of `epoch` (0-based): loss, validation Dice (+ per class), ε spent."""
+    val = evaluate(
+        net, plan.morph, data.splits["val"], data.eval_classes, plan.batch_size, device, hd95=False
+    )
+    params = plan.params
+    history = setup.accountant_history()
+    row = {
+        "epoch": epoch + 1,
+        "loss": float(np.mean(losses)) if losses else math.nan,
+        "val_dice": val["dice"],
+        "epsilon": (
+            accounting.epsilon(history, float(params["delta"]), params["accountant"])
+            if plan.private
+            else math.inf
+        ),
+        "seconds": seconds,
+    }
+    return row | {f"val_dice_c{c}": v for c, v in val["dice_per_class"].items()}
+
+
+def final_metrics(
+    net: torch.nn.Module,
+    plan: Plan,
+    data: SegData,
+    device: torch.device,
+    job: JobContext,
+    state: TrainState,
+) -> dict[str, Any]:
+    """metrics.json: final validation Dice, test scores (S_α, E_φ where the dataset has them),
+    training seconds; NaN/inf become null."""
+    val = evaluate(
+        net, plan.morph, data.splits["val"], data.eval_classes, plan.batch_size, device, hd95=False
+    )
     test = evaluate(
         net,
-        spec,
+        plan.morph,
         data.splits["test"],
         data.eval_classes,
-        batch_size,
-        dev,
+        plan.batch_size,
+        device,
         hd95=True,
-        structure=dataset == "covidct",
+        structure=job.wildcards["dataset"] in STRUCTURE_DATASETS,
     )
-    metrics: dict[str, Any] = {
-        "wildcards": wc,
-        "grad_sample_mode": mode,
-        "epochs": epochs,
-        "train_seconds": train_seconds,
+    metrics = {
+        "wildcards": dict(job.wildcards),
+        "grad_sample_mode": plan.mode,
+        "epochs": plan.epochs,
+        "train_seconds": state.train_seconds,
         "val_dice": val["dice"],
         "eval_classes": list(data.eval_classes),
-        "n_train": n_train,
-        **{k: v for k, v in test.items()},
+        "n_train": len(data.splits["train"]),
+        **test,
     }
-    metrics = _finite(metrics)
-    history_frame = pd.DataFrame(history)
-    history_frame["epsilon"] = history_frame["epsilon"].astype(float)
-    write_csv(out / "history.csv", history_frame)
-    write_csv(out / "morph_log.csv", pd.DataFrame(morph_log.rows, columns=MORPH_COLUMNS))
-    write_csv(out / "alignment.csv", alignment.frame())
+    return _finite(metrics)
+
+
+def write_outputs(
+    job: JobContext,
+    plan: Plan,
+    setup: Setup,
+    state: TrainState,
+    metrics: dict[str, Any],
+    net: torch.nn.Module,
+    arguments: dict[str, Any],
+) -> None:
+    """Every output file of the job folder, metrics.json last."""
+    out = Path(job.out_dir)
+    history = pd.DataFrame(state.history)
+    history["epsilon"] = history["epsilon"].astype(float)
+    write_csv(out / "history.csv", history)
+    write_csv(out / "morph_log.csv", pd.DataFrame(state.morph_log.rows, columns=MORPH_COLUMNS))
+    write_csv(out / "alignment.csv", state.alignment.frame())
     seg_privacy_record(
-        private,
-        params,
-        rule,
-        spec,
-        q,
-        sigma,
-        target_eps,
-        empty_batches,
-        mode,
-        engine.accountant.history if private else [],
-        n_train,
+        plan.private,
+        plan.params,
+        plan.rule,
+        plan.morph,
+        plan.q,
+        setup.sigma,
+        plan.target_eps,
+        state.empty_batches,
+        plan.mode,
+        setup.accountant_history(),
+        metrics["n_train"],
     ).write(out / "privacy.json")
     # The backbone file only initialises training; the saved weights replace it.
     saved_arguments = {k: v for k, v in arguments.items() if k != "backbone_weights"}
-    save_model(out / "model.pt", model_name, saved_arguments, net)
+    save_model(out / "model.pt", job.wildcards["model"], saved_arguments, net)
     write_json(out / "metrics.json", metrics)
-    (out / CHECKPOINT).unlink(missing_ok=True)
-    return metrics
 
 
 def _finite(obj: Any) -> Any:

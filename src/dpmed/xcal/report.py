@@ -32,25 +32,25 @@ import pandas as pd  # noqa: E402
 
 from dpmed.config.wildcards import parse_eps  # noqa: E402
 from dpmed.report.style import save_figure, write_table  # noqa: E402
-
-TABLES = (
-    "xcal_main",
-    "xcal_efficiency",
-    "xcal_clients",
-    "xcal_shift",
-    "xcal_ablation",
+from dpmed.xcal.methods import (  # noqa: E402
+    BASELINE,
+    NON_PRIVATE,
+    PROPOSED,
+    method_rank,
+    split_method,
 )
-# Measured wall-clock: written under results/measured/, outside the byte-identical outputs.
-MEASURED_TABLES = ("xcal_runtime",)
-FIGURES = ("xcal_trajectories", "xcal_clients_shift", "xcal_ablation", "xcal_gradcam")
+from dpmed.xcal.shifts import POOLED, SHIFTS  # noqa: E402
+from dpmed.xcal.spec import FIGURES, MEASURED_TABLES, TABLES  # noqa: E402
+
 KEYS = ["dataset", "model", "method", "shift", "clients", "eps"]
-METHOD_ORDER = ("nondp", "centralized", "static", "agp", "xcal")
-SHIFT_ORDER = ("iid", "label", "covariate")
+# The client-count and shift comparisons (tables, figure, Grad-CAM pairs): the DP baseline
+# against XCal-FL with its default preset.
+COMPARED = [BASELINE, PROPOSED]
 
 
-def _method_rank(method: str) -> tuple[int, str]:
-    base, _, preset = method.partition("-")
-    return (METHOD_ORDER.index(base), preset)
+def _base(method: str) -> str:
+    """The registered method of a method wildcard (`xcal-logit` → `xcal`)."""
+    return split_method(method)[0]
 
 
 def collect(runs: Sequence[str | Path]) -> pd.DataFrame:
@@ -85,7 +85,7 @@ def collect(runs: Sequence[str | Path]) -> pd.DataFrame:
 def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
     if frame.empty:
         return frame.reset_index(drop=True)
-    order = frame["method"].map(_method_rank)
+    order = frame["method"].map(method_rank)
     frame = frame.assign(_m=order).sort_values(
         ["dataset", "model", "_m", "shift", "clients", "eps"], kind="stable"
     )
@@ -94,7 +94,7 @@ def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
 
 def main_table(frame: pd.DataFrame) -> pd.DataFrame:
     """F1 / accuracy / ROAD / spent ε of the IID runs (paper §6 tables)."""
-    iid = frame[frame["shift"] == "iid"]
+    iid = frame[frame["shift"] == POOLED]
     return iid[
         ["dataset", "model", "method", "clients", "eps", "f1", "accuracy", "road", "epsilon"]
     ]
@@ -109,11 +109,11 @@ def efficiency_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _pivot(frame: pd.DataFrame, over: str, index: list[str]) -> pd.DataFrame:
     """F1 and ROAD with one column per value of `over` (e.g. f1_c3, road_c3 …)."""
-    subset = frame[frame["method"].isin(["static", "xcal"])]
+    subset = frame[frame["method"].isin(COMPARED)]
     if subset.empty:
         return pd.DataFrame(columns=index)
     present = set(subset[over])
-    values = [s for s in SHIFT_ORDER if s in present] if over == "shift" else sorted(present)
+    values = [s for s in SHIFTS if s in present] if over == "shift" else sorted(present)
     groups = subset.groupby(index, sort=False)
     rows = []
     for key, group in groups:
@@ -141,43 +141,42 @@ def shift_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 def ablation_table(frame: pd.DataFrame) -> pd.DataFrame:
     """XCal-FL presets × ε (IID): F1 and ROAD (paper §7)."""
-    xcal = frame[frame["method"].str.startswith("xcal") & (frame["shift"] == "iid")]
+    xcal = frame[(frame["method"].map(_base) == PROPOSED) & (frame["shift"] == POOLED)]
     out = xcal[["dataset", "model", "method", "clients", "eps", "f1", "road"]].copy()
-    out.insert(3, "preset", out["method"].map(lambda m: m.partition("-")[2] or "balanced"))
+    out.insert(3, "preset", out["method"].map(lambda m: split_method(m)[1]))
     return out.drop(columns="method").reset_index(drop=True)
 
 
 def runtime_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Mean step seconds of nondp / static / xcal (any preset) over the federated IID runs of
     each dataset × model, and their ratios (NaN where a method did not run)."""
+    nondp, static, xcal = NON_PRIVATE, BASELINE, PROPOSED
     rows = []
-    fed = frame[(frame["shift"] == "iid") & (frame["clients"] > 1)]
+    fed = frame[(frame["shift"] == POOLED) & (frame["clients"] > 1)]
     fed = fed.assign(base=fed["method"].str.partition("-")[0])
     for (dataset, model), group in fed.groupby(["dataset", "model"], sort=True):
-        t = {
-            m: group[group["base"] == m]["step_seconds"].mean() for m in ("nondp", "static", "xcal")
-        }
+        t = {m: group[group["base"] == m]["step_seconds"].mean() for m in (nondp, static, xcal)}
         rows.append(
             {
                 "dataset": dataset,
                 "model": model,
-                "nondp_s": t["nondp"],
-                "static_s": t["static"],
-                "xcal_s": t["xcal"],
-                "static_over_nondp": t["static"] / t["nondp"],
-                "xcal_over_static": t["xcal"] / t["static"],
-                "xcal_overhead_pct": 100 * (t["xcal"] / t["static"] - 1),
+                f"{nondp}_s": t[nondp],
+                f"{static}_s": t[static],
+                f"{xcal}_s": t[xcal],
+                f"{static}_over_{nondp}": t[static] / t[nondp],
+                f"{xcal}_over_{static}": t[xcal] / t[static],
+                f"{xcal}_overhead_pct": 100 * (t[xcal] / t[static] - 1),
             }
         )
     cols = [
         "dataset",
         "model",
-        "nondp_s",
-        "static_s",
-        "xcal_s",
-        "static_over_nondp",
-        "xcal_over_static",
-        "xcal_overhead_pct",
+        f"{nondp}_s",
+        f"{static}_s",
+        f"{xcal}_s",
+        f"{static}_over_{nondp}",
+        f"{xcal}_over_{static}",
+        f"{xcal}_overhead_pct",
     ]
     return pd.DataFrame(rows, columns=cols)
 
@@ -214,7 +213,7 @@ def _no_data(ax: plt.Axes, text: str) -> None:
 
 def trajectories_figure(frame: pd.DataFrame) -> plt.Figure:
     """F1 and ROAD vs cumulative ε of each private IID run, one row per dataset × model."""
-    private = frame[(frame["shift"] == "iid") & np.isfinite(frame["eps"].astype(float))]
+    private = frame[(frame["shift"] == POOLED) & np.isfinite(frame["eps"].astype(float))]
     combos = list(dict.fromkeys(zip(private["dataset"], private["model"], strict=True)))
     fig, axes = plt.subplots(
         max(1, len(combos)), 2, figsize=(10, 3.2 * max(1, len(combos))), squeeze=False
@@ -226,7 +225,7 @@ def trajectories_figure(frame: pd.DataFrame) -> plt.Figure:
         runs = private[(private["dataset"] == dataset) & (private["model"] == model)]
         for _, run in runs.iterrows():
             rounds = pd.read_csv(Path(run["run"]) / "rounds.csv")
-            style = "-" if run["method"].startswith("xcal") else "--"
+            style = "-" if _base(run["method"]) == PROPOSED else "--"
             label = f"{_label(run)} c{run['clients']}"
             row_axes[0].plot(rounds["epsilon"], rounds["f1"], style, marker="o", ms=3, label=label)
             with_road = rounds.dropna(subset=["road"])
@@ -246,7 +245,7 @@ def trajectories_figure(frame: pd.DataFrame) -> plt.Figure:
 
 def clients_shift_figure(frame: pd.DataFrame) -> plt.Figure:
     """F1 and ROAD vs number of clients, one line per dataset × method × shift (static, xcal)."""
-    fed = frame[frame["method"].isin(["static", "xcal"]) & (frame["clients"] > 1)]
+    fed = frame[frame["method"].isin(COMPARED) & (frame["clients"] > 1)]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     if fed.empty:
         _no_data(axes[0], "no static/xcal runs")
@@ -254,7 +253,7 @@ def clients_shift_figure(frame: pd.DataFrame) -> plt.Figure:
         return fig
     for key, group in fed.groupby(["dataset", "model", "method", "shift", "eps"], sort=False):
         group = group.sort_values("clients")
-        style = "-" if key[2] == "xcal" else "--"
+        style = "-" if key[2] == PROPOSED else "--"
         label = f"{key[0]} {key[1]} {key[2]} {key[3]} ε={key[4]:g}"
         axes[0].plot(group["clients"], group["f1"], style, marker="o", label=label)
         axes[1].plot(group["clients"], group["road"], style, marker="o", label=label)
@@ -303,8 +302,8 @@ def ablation_figure(frame: pd.DataFrame) -> plt.Figure:
 def _pairs(frame: pd.DataFrame) -> list[tuple[pd.Series, pd.Series]]:
     """(static run, xcal run) with the same dataset, model, shift, clients and ε."""
     pairs = []
-    static = frame[frame["method"] == "static"]
-    xcal = frame[frame["method"] == "xcal"]
+    static = frame[frame["method"] == BASELINE]
+    xcal = frame[frame["method"] == PROPOSED]
     for _, s in static.iterrows():
         match = xcal[
             (
@@ -332,16 +331,16 @@ def gradcam_figure(frame: pd.DataFrame) -> plt.Figure:
     for p, (s, x) in enumerate(pairs):
         data = {
             name: np.load(Path(run["run"]) / "gradcam.npz")
-            for name, run in (("static", s), ("xcal", x))
+            for name, run in zip(COMPARED, (s, x), strict=True)
         }
         for j in range(n_ex):
-            image = data["static"]["images"][j].transpose(1, 2, 0)
+            image = data[BASELINE]["images"][j].transpose(1, 2, 0)
             image = image[..., 0] if image.shape[-1] == 1 else image
             axes[3 * p, j].imshow(image, cmap="gray" if image.ndim == 2 else None)
             axes[3 * p, j].set_title(
-                f"{s['dataset']} label {int(data['static']['labels'][j])}", fontsize=7
+                f"{s['dataset']} label {int(data[BASELINE]['labels'][j])}", fontsize=7
             )
-            for k, name in enumerate(("static", "xcal"), start=1):
+            for k, name in enumerate(COMPARED, start=1):
                 ax = axes[3 * p + k, j]
                 ax.imshow(image, cmap="gray" if image.ndim == 2 else None)
                 ax.imshow(data[name]["cams"][j], cmap="jet", alpha=0.45, vmin=0, vmax=1)

@@ -1,15 +1,16 @@
 """XCal-FL study runner (paper 001): in-process FedAvg over clients of one MedMNIST dataset.
 
-One run = one cell of the xcal grid (dataset, model, method, shift, clients, eps, seed). The
-training split is partitioned over the clients (IID, label shift by per-class Dirichlet(α), or
-covariate shift by per-client brightness factors; `dpmed.data.partition`); the clients train
-locally (`xcal_client`) and send only model tensors and their ledger; the server averages the
-tensors weighted by client sample count (FedAvg) and evaluates the global model on the official
-test split after every round (macro F1, accuracy; ROAD every `road_every` rounds and at the end,
-on a fixed test subsample shared by every run of the dataset). Outputs in `out_dir`:
-rounds.csv (round, f1, accuracy, epsilon = max over clients of ε spent so far, road, seconds),
-metrics.json, privacy.json, road.json, gradcam.npz (Grad-CAM examples of the final model).
-A checkpoint after every round lets a killed run resume; it is removed when the run finishes.
+One run = one cell of the xcal grid (`dpmed.xcal.spec`). The training split is dealt to the
+clients by the cell's shift (`dpmed.xcal.shifts`); the clients train locally under the cell's
+method (`dpmed.xcal.methods`) and send only model tensors and their ledger; the server averages
+the tensors weighted by client sample count (FedAvg) and evaluates the global model on the
+test split after every round (macro F1, accuracy; ROAD every `road_every` rounds and after the
+last, on a fixed test subsample shared by every run of the dataset).
+
+Outputs in the run folder: rounds.csv (round, f1, accuracy, epsilon = max over clients of ε
+spent so far, road, seconds), metrics.json, privacy.json, road.json, gradcam.npz (Grad-CAM
+examples of the final model) and model.pt (the final global model). A fingerprinted checkpoint
+after every round lets a killed run resume; it is removed once the outputs exist.
 """
 
 from __future__ import annotations
@@ -17,30 +18,93 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
+from torch import nn
 
 from dpmed.config.wildcards import parse_eps
-from dpmed.data.partition import (
-    apply_brightness,
-    partition_covariate_shift,
-    partition_iid,
-    partition_label_shift,
-)
 from dpmed.federated.averaging import weighted_mean
 from dpmed.io import write_csv, write_json, write_npz
-from dpmed.models.classifiers import GRAD_SAMPLE_MODE, build_classifier, gradcam_layer
-from dpmed.runtime import Progress, load_checkpoint, save_checkpoint, seed_everything, select_device
+from dpmed.models import build_model, save_model
+from dpmed.models.classifiers import gradcam_layer
+from dpmed.privacy.dpsgd import wrap_per_sample
+from dpmed.runtime import Checkpoint, JobContext, Progress
 from dpmed.seeding import stable_seed
 from dpmed.xcal import evaluate as xcal_eval
-from dpmed.xcal.client import Client, ClientUpdate, MethodSpec, method_spec
-from dpmed.xcal.dpsgd import wrap
+from dpmed.xcal.client import Client, ClientUpdate
+from dpmed.xcal.methods import Method, resolve
 from dpmed.xcal.privacy import privacy_record
+from dpmed.xcal.shifts import partition
 
 N_GRADCAM_EXAMPLES = 4
+ROUND_COLUMNS = ["round", "f1", "accuracy", "epsilon", "road", "seconds"]
+
+
+@dataclass
+class Federation:
+    """What a run trains and evaluates.
+
+    Args:
+        net: the global network.
+        wrapped: its per-sample-gradient wrapper (None for non-private methods).
+        clients: the clients, in partition order.
+        evaluation: the test set, ROAD subsample and Grad-CAM layer.
+        method: the method the clients train with.
+        model_arguments: the network's build arguments (saved with it in model.pt).
+    """
+
+    net: nn.Module
+    wrapped: nn.Module | None
+    clients: list[Client]
+    evaluation: xcal_eval.Evaluation
+    method: Method
+    model_arguments: dict[str, Any]
+
+
+@dataclass
+class History:
+    """The resumable part of a run: the global weights, one row per finished round, the time
+    spent in rounds and the last round's ROAD (None unless ROAD ran in it)."""
+
+    global_state: dict[str, torch.Tensor]
+    rows: list[dict] = field(default_factory=list)
+    elapsed: float = 0.0
+    last_road: dict | None = None
+
+    @property
+    def rounds_done(self) -> int:
+        return len(self.rows)
+
+
+def run(job: JobContext) -> dict:
+    """Train one grid cell and write its outputs (module docstring); returns metrics.json."""
+    device = job.start()
+    fed = build_federation(job, device)
+    checkpoint = job.checkpoint()
+    history = resume(checkpoint, fed, device)
+    rounds = job.params["rounds"]
+    progress = Progress(run_label(job.wildcards), rounds, start=history.rounds_done)
+    for r in range(history.rounds_done, rounds):
+        road_due = (r + 1) % job.params["road_every"] == 0 or r + 1 == rounds
+        scores = train_round(fed, history, road_due)
+        checkpoint.save(checkpoint_state(fed, history))
+        progress.line(r + 1, scores, history.rows[-1]["epsilon"])
+    metrics = write_outputs(job, fed, history)
+    checkpoint.remove()
+    return metrics
+
+
+def run_label(wildcards: dict[str, str]) -> str:
+    """The progress-line label: `xcal dataset/model/method/shift`."""
+    return "xcal " + "/".join(wildcards[k] for k in ("dataset", "model", "method", "shift"))
+
+
+# ---------------------------------------------------------------------------------- build
 
 
 def load_split(processed_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -55,24 +119,111 @@ def to_tensor(images: np.ndarray, device: torch.device) -> torch.Tensor:
     return (x.to(torch.float32) / 255.0).to(device)
 
 
-def partition(
-    images: np.ndarray, labels: np.ndarray, shift: str, n_clients: int, params: dict, seed: int
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(images, labels) per client for `shift` iid | label | covariate."""
-    if shift == "iid":
-        parts = partition_iid(labels.size, n_clients, seed)
-        return [(images[i], labels[i]) for i in parts]
-    if shift == "label":
-        split = partition_label_shift(labels, n_clients, params["dirichlet_alpha"], seed, 1)
-        return [(images[i], labels[i]) for i in split.indices]
-    if shift == "covariate":
-        low, high = params["brightness"]
-        cov = partition_covariate_shift(labels.size, n_clients, seed, low, high)
-        return [
-            (apply_brightness(images[i], f), labels[i])
-            for i, f in zip(cov.indices, cov.factors, strict=True)
-        ]
-    raise ValueError(f"unknown shift '{shift}'")
+def build_federation(job: JobContext, device: torch.device) -> Federation:
+    """Partition, initial network, clients and test evaluation of the job's cell."""
+    wc, params = job.wildcards, job.params
+    meta = json.loads((Path(job.processed_dir) / "meta.json").read_text())
+    eps = parse_eps(wc["eps"])
+    method = resolve(wc["method"], math.isfinite(eps), params["presets"])
+    parts = client_partitions(job)
+    arguments = {
+        "in_channels": int(meta["channels"]),
+        "n_classes": int(meta["n_classes"]),
+        "image_size": int(meta["size"]),
+        "width_scale": params["width_scale"],
+    }
+    net, layer = initial_network(wc, arguments, device)
+    wrapped = wrap_per_sample(net, net.grad_sample_mode) if method.dp else None
+    clients = [
+        Client(
+            k,
+            to_tensor(images, device),
+            torch.from_numpy(labels).to(device),
+            method,
+            params,
+            eps,
+            stable_seed(job.seed, "client", k),
+            layer,
+        )
+        for k, (images, labels) in enumerate(parts)
+    ]
+    evaluated = wrapped if wrapped is not None else net
+    evaluation = build_evaluation(job, evaluated, layer, arguments["n_classes"], device)
+    return Federation(net, wrapped, clients, evaluation, method, arguments)
+
+
+def client_partitions(job: JobContext) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The training split dealt to the clients by the cell's shift. Every method of a
+    (dataset, shift, clients, seed) cell sees the same partition (paired comparisons)."""
+    wc = job.wildcards
+    images, labels = load_split(job.processed_dir, "train")
+    seed = stable_seed("xcal-partition", *(wc[k] for k in ("dataset", "shift", "clients", "seed")))
+    return partition(images, labels, wc["shift"], int(wc["clients"]), job.params, seed)
+
+
+def initial_network(
+    wc: dict[str, str], arguments: dict[str, Any], device: torch.device
+) -> tuple[nn.Module, str]:
+    """The initial network (the same for every method of a (dataset, model, seed) cell; the
+    job seed drives only sampling and noise) and its Grad-CAM layer."""
+    torch.manual_seed(stable_seed("xcal-init", wc["dataset"], wc["model"], wc["seed"]))
+    net = build_model(wc["model"], **arguments).to(device)
+    return net, gradcam_layer(net, arguments["in_channels"], arguments["image_size"])
+
+
+def build_evaluation(
+    job: JobContext, module: nn.Module, layer: str, n_classes: int, device: torch.device
+) -> xcal_eval.Evaluation:
+    """The test split, the dataset's fixed ROAD subsample and its imputation seed."""
+    images, labels = load_split(job.processed_dir, "test")
+    dataset = job.wildcards["dataset"]
+    return xcal_eval.Evaluation(
+        module,
+        layer,
+        to_tensor(images, device),
+        torch.from_numpy(labels).to(device),
+        n_classes,
+        road_subsample(len(labels), job.params["road_subsample"], dataset),
+        list(job.params["road_percentages"]),
+        stable_seed("xcal-road-noise", dataset),
+    )
+
+
+def road_subsample(n_test: int, size: int, dataset: str) -> np.ndarray:
+    """Fixed test indices for ROAD: the first `size` of a permutation seeded by the dataset."""
+    rng = np.random.default_rng(stable_seed("xcal-road-subsample", dataset))
+    return np.sort(rng.permutation(n_test)[: min(size, n_test)])
+
+
+# ---------------------------------------------------------------------------------- resume
+
+
+def resume(checkpoint: Checkpoint, fed: Federation, device: torch.device) -> History:
+    """The job's checkpointed history with the global weights, clients and global RNGs
+    restored, or a fresh one (no checkpoint, or one of another configuration)."""
+    initial = {k: v.detach().clone() for k, v in fed.net.state_dict().items()}
+    state = checkpoint.load()
+    if state is None:
+        return History(initial)
+    global_state = {k: v.to(device) for k, v in state["global"].items()}
+    fed.net.load_state_dict(global_state)  # a run stopped after its last round evaluates these
+    for client, client_state in zip(fed.clients, state["clients"], strict=True):
+        client.load_state(client_state)
+    return History(global_state, state["rows"], state["elapsed"], state["last_road"])
+
+
+def checkpoint_state(fed: Federation, history: History) -> dict[str, Any]:
+    """What `resume` needs after a round (the fingerprint and RNGs are `Checkpoint.save`'s)."""
+    return {
+        "global": history.global_state,
+        "rows": history.rows,
+        "elapsed": history.elapsed,
+        "last_road": history.last_road,
+        "clients": [c.state() for c in fed.clients],
+    }
+
+
+# ---------------------------------------------------------------------------------- rounds
 
 
 def fedavg(updates: list[ClientUpdate]) -> dict[str, torch.Tensor]:
@@ -83,10 +234,75 @@ def fedavg(updates: list[ClientUpdate]) -> dict[str, torch.Tensor]:
     }
 
 
-def road_subsample(n_test: int, size: int, dataset: str) -> np.ndarray:
-    """Fixed test indices for ROAD: the first `size` of a permutation seeded by the dataset."""
-    rng = np.random.default_rng(stable_seed("xcal-road-subsample", dataset))
-    return np.sort(rng.permutation(n_test)[: min(size, n_test)])
+def train_round(fed: Federation, history: History, road_due: bool) -> dict[str, float]:
+    """One round: local training, FedAvg, evaluation; appends the round's row to `history`
+    and returns the scores for the progress line."""
+    t0 = time.perf_counter()
+    updates = [c.train_round(fed.net, fed.wrapped, history.global_state) for c in fed.clients]
+    history.global_state = fedavg(updates)
+    fed.net.load_state_dict(history.global_state)
+    scores = fed.evaluation.scores()
+    cumulative = max(u.ledger["epsilon"] for u in updates) if fed.method.dp else None
+    history.last_road = fed.evaluation.road() if road_due else None
+    history.elapsed += time.perf_counter() - t0
+    history.rows.append(
+        {
+            "round": history.rounds_done + 1,
+            "f1": scores["f1"],
+            "accuracy": scores["accuracy"],
+            "epsilon": cumulative,
+            "road": history.last_road["combined"] if road_due else None,
+            "seconds": history.elapsed,
+        }
+    )
+    return {"f1": scores["f1"], "acc": scores["accuracy"]}
+
+
+# ---------------------------------------------------------------------------------- outputs
+
+
+def write_outputs(job: JobContext, fed: Federation, history: History) -> dict:
+    """Write rounds.csv, road.json, gradcam.npz, privacy.json, model.pt and metrics.json."""
+    out_dir = Path(job.out_dir)
+    write_csv(out_dir / "rounds.csv", pd.DataFrame(history.rows, columns=ROUND_COLUMNS))
+    road = write_road(out_dir / "road.json", fed.evaluation, history)
+    write_gradcam(out_dir / "gradcam.npz", fed.evaluation)
+    eps = parse_eps(job.wildcards["eps"])
+    record = privacy_record(fed.clients, fed.method, eps, job.params)
+    record.write(out_dir / "privacy.json")
+    save_model(out_dir / "model.pt", job.wildcards["model"], fed.model_arguments, fed.net)
+    metrics = run_metrics(job.wildcards, fed, history.rows, road, record.epsilon)
+    write_json(out_dir / "metrics.json", metrics)
+    return metrics
+
+
+def write_road(path: Path, evaluation: xcal_eval.Evaluation, history: History) -> dict:
+    """road.json: the final model's ROAD (the last round's), its subsample size, layer and the
+    ROAD trajectory over the rounds that had one."""
+    result = dict(history.last_road if history.last_road is not None else evaluation.road())
+    result["subsample"] = int(len(evaluation.road_idx))
+    result["layer"] = evaluation.layer
+    result["trajectory"] = [
+        {"round": row["round"], "epsilon": row["epsilon"], "road": row["road"]}
+        for row in history.rows
+        if row["road"] is not None
+    ]
+    write_json(path, result)
+    return result
+
+
+def write_gradcam(path: Path, evaluation: xcal_eval.Evaluation) -> None:
+    """gradcam.npz: the first `N_GRADCAM_EXAMPLES` ROAD images, their Grad-CAM maps for the
+    predicted class, labels and predictions."""
+    examples = evaluation.road_idx[:N_GRADCAM_EXAMPLES]
+    maps, pred = xcal_eval.attributions(evaluation.module, evaluation.layer, evaluation.x[examples])
+    write_npz(
+        path,
+        images=evaluation.x[examples].cpu().numpy().astype(np.float32),
+        cams=maps.astype(np.float32),
+        labels=evaluation.y[examples].cpu().numpy(),
+        predictions=pred,
+    )
 
 
 def efficiency(values: list[float | None], eps: list[float | None]) -> float | None:
@@ -98,184 +314,32 @@ def efficiency(values: list[float | None], eps: list[float | None]) -> float | N
     return (pairs[-1][0] - pairs[0][0]) / (pairs[-1][1] - pairs[0][1])
 
 
-def run_xcal(
-    processed_dir: str | Path,
-    out_dir: str | Path,
+def run_metrics(
     wildcards: dict[str, str],
-    params: dict,
-    seed: int,
-    device: str = "auto",
-    threads: int | None = None,
-) -> dict:
-    """Run one grid cell and write its outputs (module docstring); returns metrics.json."""
-    out_dir = Path(out_dir)
-    seed_everything(seed, threads)
-    dev = select_device(device)
-    meta = json.loads((Path(processed_dir) / "meta.json").read_text())
-    n_classes, channels, size = int(meta["n_classes"]), int(meta["channels"]), int(meta["size"])
-    eps = parse_eps(wildcards["eps"])
-    private = math.isfinite(eps)
-    spec = method_spec(wildcards["method"], private, params["presets"])
-    n_clients = int(wildcards["clients"])
-
-    train_images, train_labels = load_split(processed_dir, "train")
-    test_images, test_labels = load_split(processed_dir, "test")
-    # Paired comparisons: every method of a (dataset, shift, clients, seed) cell sees the same
-    # partition and every method of a (dataset, model, seed) the same initial model; the job
-    # seed drives only sampling and noise.
-    cell = [wildcards[k] for k in ("dataset", "shift", "clients", "seed")]
-    parts = partition(
-        train_images,
-        train_labels,
-        wildcards["shift"],
-        n_clients,
-        params,
-        stable_seed("xcal-partition", *cell),
-    )
-    x_test, y_test = to_tensor(test_images, dev), torch.from_numpy(test_labels).to(dev)
-    road_idx = road_subsample(len(test_labels), params["road_subsample"], wildcards["dataset"])
-
-    torch.manual_seed(
-        stable_seed("xcal-init", wildcards["dataset"], wildcards["model"], wildcards["seed"])
-    )
-    net = build_classifier(wildcards["model"], channels, n_classes, size, params["width_scale"]).to(
-        dev
-    )
-    layer = gradcam_layer(net, channels, size)
-    wrapped = wrap(net, GRAD_SAMPLE_MODE[wildcards["model"]]) if spec.kind != "plain" else None
-    evaluated = wrapped if wrapped is not None else net
-    clients = [
-        Client(
-            k,
-            to_tensor(imgs, dev),
-            torch.from_numpy(labels).to(dev),
-            spec,
-            params,
-            eps,
-            stable_seed(seed, "client", k),
-            layer,
-        )
-        for k, (imgs, labels) in enumerate(parts)
-    ]
-
-    ev = xcal_eval.Evaluation(
-        evaluated,
-        layer,
-        x_test,
-        y_test,
-        n_classes,
-        road_idx,
-        list(params["road_percentages"]),
-        stable_seed("xcal-road-noise", wildcards["dataset"]),
-    )
-    last_road = None
-    checkpoint_path = out_dir / "checkpoint.pt"
-    state = load_checkpoint(checkpoint_path, dev)
-    global_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
-    rows: list[dict] = []
-    start, elapsed = 0, 0.0
-    if state is not None:
-        global_state, rows, start, elapsed = (
-            state["global"],
-            state["rows"],
-            state["round"],
-            state["elapsed"],
-        )
-        for client, cstate in zip(clients, state["clients"], strict=True):
-            client.load_state(cstate)
-
-    rounds = params["rounds"]
-    label = "xcal " + "/".join(wildcards[k] for k in ("dataset", "model", "method", "shift"))
-    progress = Progress(label, rounds, start=start)
-    for r in range(start, rounds):
-        t0 = time.perf_counter()
-        updates = [c.train_round(net, wrapped, global_state) for c in clients]
-        global_state = fedavg(updates)
-        net.load_state_dict(global_state)
-        scores = ev.scores()
-        eps_spent = [u.ledger["epsilon"] for u in updates]
-        cumulative = max(eps_spent) if private else None
-        road_value = last_road = None
-        if (r + 1) % params["road_every"] == 0 or r + 1 == rounds:
-            last_road = ev.road()
-            road_value = last_road["combined"]
-        elapsed += time.perf_counter() - t0
-        rows.append(
-            {
-                "round": r + 1,
-                "f1": scores["f1"],
-                "accuracy": scores["accuracy"],
-                "epsilon": cumulative,
-                "road": road_value,
-                "seconds": elapsed,
-            }
-        )
-        save_checkpoint(
-            checkpoint_path,
-            {
-                "global": global_state,
-                "rows": rows,
-                "round": r + 1,
-                "elapsed": elapsed,
-                "clients": [c.state() for c in clients],
-            },
-        )
-        progress.line(r + 1, {"f1": scores["f1"], "acc": scores["accuracy"]}, cumulative)
-
-    metrics = _finish(out_dir, ev, clients, rows, last_road, params, wildcards, eps, spec)
-    checkpoint_path.unlink(missing_ok=True)
-    return metrics
-
-
-def _finish(
-    out_dir: Path,
-    ev: xcal_eval.Evaluation,
-    clients: list[Client],
+    fed: Federation,
     rows: list[dict],
-    last_road: dict | None,
-    params: dict,
-    wildcards: dict[str, str],
-    eps: float,
-    spec: MethodSpec,
+    road: dict,
+    epsilon: float | None,
 ) -> dict:
-    """Write rounds.csv, road.json, gradcam.npz, privacy.json and metrics.json."""
-    frame = pd.DataFrame(rows, columns=["round", "f1", "accuracy", "epsilon", "road", "seconds"])
-    write_csv(out_dir / "rounds.csv", frame)
-    result = dict(last_road if last_road is not None else ev.road())  # final model's ROAD
-    result["subsample"] = int(len(ev.road_idx))
-    result["layer"] = ev.layer
-    result["trajectory"] = [
-        {"round": row["round"], "epsilon": row["epsilon"], "road": row["road"]}
-        for row in rows
-        if row["road"] is not None
-    ]
-    write_json(out_dir / "road.json", result)
-    examples = ev.road_idx[:N_GRADCAM_EXAMPLES]
-    maps, pred = xcal_eval.attributions(ev.module, ev.layer, ev.x[examples])
-    write_npz(
-        out_dir / "gradcam.npz",
-        images=ev.x[examples].cpu().numpy().astype(np.float32),
-        cams=maps.astype(np.float32),
-        labels=ev.y[examples].cpu().numpy(),
-        predictions=pred,
-    )
-    record = privacy_record(clients, spec, eps, params)
-    record.write(out_dir / "privacy.json")
+    """metrics.json: the cell, final scores, spent ε, efficiencies, step counts and times, the
+    σs and signals the clients used."""
+    clients = fed.clients
     steps = sum(c.stats.steps for c in clients)
     seconds = sum(c.stats.seconds for c in clients)
     sigmas = [s for c in clients for s in c.stats.sigmas]
     signals = [s for c in clients for s in c.stats.signals]
+    eps = [r["epsilon"] for r in rows]
     last = rows[-1]
-    metrics = {
+    return {
         **{k: wildcards[k] for k in ("dataset", "model", "method", "shift", "clients", "eps")},
         "f1": last["f1"],
         "accuracy": last["accuracy"],
-        "epsilon": record.epsilon,
-        "road": result["combined"],
-        "morf_mean": float(np.mean(result["morf"])),
-        "lerf_mean": float(np.mean(result["lerf"])),
-        "f1_per_eps": efficiency([r["f1"] for r in rows], [r["epsilon"] for r in rows]),
-        "road_per_eps": efficiency([r["road"] for r in rows], [r["epsilon"] for r in rows]),
+        "epsilon": epsilon,
+        "road": road["combined"],
+        "morf_mean": float(np.mean(road["morf"])),
+        "lerf_mean": float(np.mean(road["lerf"])),
+        "f1_per_eps": efficiency([r["f1"] for r in rows], eps),
+        "road_per_eps": efficiency([r["road"] for r in rows], eps),
         "steps": steps,
         "step_seconds": seconds / steps if steps else None,
         "seconds": last["seconds"],
@@ -284,8 +348,6 @@ def _finish(
         "sigma_max": float(np.max(sigmas)) if sigmas else None,
         "signal_mean": float(np.mean(signals)) if signals else None,
         "halted_clients": sum(1 for c in clients if c.filter is not None and c.filter.halted),
-        "gradcam_layer": ev.layer,
+        "gradcam_layer": fed.evaluation.layer,
         "client_sizes": [c.n for c in clients],
     }
-    write_json(out_dir / "metrics.json", metrics)
-    return metrics

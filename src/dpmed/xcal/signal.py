@@ -10,9 +10,10 @@ masked image and m(p) = p_y − max_{j≠y} p_j the class margin:
 - concentration   g_i = clip((Σ_{M_i} cam / Σ cam − q) / (1 − q), 0, 1) (0 = attention spread
                   uniformly, 1 = all of it inside the top-q region; an all-zero map gives 0).
 s_i = clip((α a_i + β b_i + γ g_i) / (α + β + γ), 0, 1). Privatisation (Gaussian on the batch
-sum, sensitivity 1 under add/remove of one sample) and the EMA are in `xcal.py`; `sigma_from_signal`
-maps the smoothed signal s̄ to σ_t = σ_ref (1 + b (1 − 2 s̄)) ∈ [(1−b)σ_ref, (1+b)σ_ref]:
-faithful, concentrated explanations get less noise.
+sum, sensitivity 1 under add/remove of one sample) and the EMA are XCal-FL's step
+(`dpmed.xcal.methods.XCalFL`); `sigma_from_signal` maps the smoothed signal s̄ to
+σ_t = σ_ref (1 + b (1 − 2 s̄)) ∈ [(1−b)σ_ref, (1+b)σ_ref]: faithful, concentrated explanations
+get less noise.
 """
 
 from __future__ import annotations

@@ -1,39 +1,101 @@
-"""The xcal study's grid and outputs (paper 001): axes, validity, wildcard patterns, run
-files. A light module: the rule file imports it at parse time."""
+"""The xcal study's grid and outputs (paper 001): axes, validity, wildcard patterns, run files,
+tables, figures and their report groups. A light module: the Snakefile imports it at parse
+time; the value lists come from the registries (datasets of the MedMNIST family, classifier
+models, `METHODS`, `SHIFTS`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dpmed.config.study import StudySpec
+from dpmed.config.study import StudySpec, param_sets
 from dpmed.config.wildcards import EPS_PATTERN
+from dpmed.data.registry import DATASET_REGISTRY
+from dpmed.errors import ConfigError
+from dpmed.models import models_of_kind
+from dpmed.xcal.methods import (
+    METHODS,
+    eps_problem,
+    method_regex,
+    required_preset,
+    split_method,
+)
+from dpmed.xcal.shifts import POOLED, SHIFTS
 
-XCAL_DATASETS = ("bloodmnist", "pneumoniamnist", "dermamnist")
-XCAL_MODELS = ("resnet18", "efficientnet_b0")
-XCAL_METHODS = ("nondp", "centralized", "static", "agp", "xcal")
-XCAL_SHIFTS = ("iid", "label", "covariate")
-RUN_FILES = ("rounds.csv", "metrics.json", "privacy.json", "road.json", "gradcam.npz")
+DATASETS = tuple(name for name, entry in DATASET_REGISTRY.items() if entry.family == "medmnist")
+MODELS = models_of_kind("classifier")
+RUN_FILES = (
+    "rounds.csv",
+    "metrics.json",
+    "privacy.json",
+    "road.json",
+    "gradcam.npz",
+    "model.pt",
+)
+TABLES = ("xcal_main", "xcal_efficiency", "xcal_clients", "xcal_shift", "xcal_ablation")
+# Measured wall-clock: written under results/measured/, outside the byte-identical outputs.
+MEASURED_TABLES = ("xcal_runtime",)
+FIGURES = ("xcal_trajectories", "xcal_clients_shift", "xcal_ablation", "xcal_gradcam")
+# Report subcategory of every table and figure: the paper (001) has no numbered tables or
+# figures, so its sections.
+REPORT_GROUPS = {
+    "xcal_main": "§6 results",
+    "xcal_trajectories": "§6 results",
+    "xcal_efficiency": "§6 results",
+    "xcal_gradcam": "§6 results",
+    "xcal_clients": "§6 clients and shift",
+    "xcal_shift": "§6 clients and shift",
+    "xcal_clients_shift": "§6 clients and shift",
+    "xcal_ablation": "§7 ablation",
+    "xcal_runtime": "§8 runtime",
+}
 
 
 def invalid(wc: Mapping[str, str]) -> str | None:
     """Why an xcal combination is not a job (None when it is one)."""
-    private = wc["eps"] != "inf"
-    method = wc["method"]
-    if method == "nondp" and private:
-        return "nondp needs eps inf"
-    if method not in ("nondp", "centralized") and not private:
-        return f"{method} is a DP method and needs a finite eps"
-    if (method == "centralized") != (wc["clients"] == "1"):
+    problem = eps_problem(wc["method"], wc["eps"] != "inf")
+    if problem:
+        return problem
+    method = METHODS[split_method(wc["method"])[0]]
+    if method.federated == (wc["clients"] == "1"):
         return "centralized runs have clients 1, federated runs at least 2"
-    if method == "centralized" and wc["shift"] != "iid":
-        return "centralized runs pool the data: shift iid only"
+    if not method.federated and wc["shift"] != POOLED:
+        return f"centralized runs pool the data: shift {POOLED} only"
     return None
 
 
 def targets(jobs: Sequence[Any]) -> list[str]:
-    """Every run file of every job (tables and figures: the rule file adds them for now)."""
-    return [f"{job.path}/{name}" for job in jobs for name in RUN_FILES]
+    """Every run file of every job, then the tables, measured tables and figures (none of
+    them when the grid has no xcal job)."""
+    if not jobs:
+        return []
+    return (
+        [f"{job.path}/{name}" for job in jobs for name in RUN_FILES]
+        + [f"results/tables/{name}.csv" for name in TABLES]
+        + [f"results/measured/{name}.csv" for name in MEASURED_TABLES]
+        + [f"results/figures/{name}.png" for name in FIGURES]
+    )
+
+
+def check_config(section: Mapping[str, Any], jobs: Sequence[Any]) -> None:
+    """Config rules a schema cannot express: brightness low ≤ high; every preset method of
+    the grid finds its preset in the job's `presets`."""
+    for where, params in param_sets(section):
+        if "brightness" in params:
+            low, high = params["brightness"]
+            if not low <= high:
+                raise ConfigError(
+                    f"xcal.{where}.brightness", f"need low <= high, got {low}, {high}"
+                )
+    for job in jobs:
+        method = job.wc["method"]
+        preset = required_preset(method)
+        presets = job.params["presets"]
+        if preset is not None and preset not in presets:
+            raise ConfigError(
+                f"{job.block}.methods",
+                f"'{method}' needs xcal presets.{preset} (have: {', '.join(sorted(presets))})",
+            )
 
 
 SPEC = StudySpec(
@@ -49,10 +111,10 @@ SPEC = StudySpec(
         ("seeds", "seed"),
     ),
     patterns={
-        "dataset": "|".join(XCAL_DATASETS),
-        "model": "|".join(XCAL_MODELS),
-        "method": r"(?:nondp|centralized|static|agp|xcal)(?:-[a-z0-9]+)?",
-        "shift": "|".join(XCAL_SHIFTS),
+        "dataset": "|".join(DATASETS),
+        "model": "|".join(MODELS),
+        "method": method_regex(),
+        "shift": SHIFTS.pattern(),
         "clients": r"[1-9][0-9]*",
         "eps": EPS_PATTERN,
         "seed": r"[0-9]+",
@@ -61,4 +123,5 @@ SPEC = StudySpec(
     run_files=RUN_FILES,
     targets=targets,
     category="xcal (paper 001)",
+    check=check_config,
 )

@@ -25,24 +25,25 @@ import numpy as np
 import pandas as pd
 
 from dpmed.config.wildcards import format_eps, parse_eps
-from dpmed.report.style import save_figure
-from dpmed.seg.morphology import parse_morph
-from dpmed.seg.report.main import CLIP_LABEL, CLIPS, MODEL_LABEL, MODELS, collect_runs
+from dpmed.privacy.clipping import paper_column_order
+from dpmed.report.style import save_figure, write_table
+from dpmed.seg.morphology import RETINAL_DATASET, morph_kind, parse_morph
+from dpmed.seg.report.labels import clip_label, clip_order, model_label, model_order
+from dpmed.seg.report.main import collect_runs
 from dpmed.seg.spec import SEG_DATASETS, clip_overrides, clip_rule
-
-# Table 2's column order (the paper's).
-TABLE2_CLIPS = ("autos", "flat", "nsgd", "psac", "none")
 
 
 def setting_labels(pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:
     """Label of each (clip rule, ε) pair: the rule's name, plus ε where the rule ran at several."""
     pairs = sorted(set(pairs))
     per_rule = Counter(clip for clip, _ in pairs)
-    return {(c, e): CLIP_LABEL[c] + (f" (ε={e})" if per_rule[c] > 1 else "") for c, e in pairs}
+    return {(c, e): clip_label(c) + (f" (ε={e})" if per_rule[c] > 1 else "") for c, e in pairs}
 
 
-def clip_groups(runs: pd.DataFrame, order: Sequence[str] = CLIPS) -> list[tuple[str, str]]:
-    """(clip, ε) pairs present in `runs`, in `order` of the rules, then ascending ε."""
+def clip_groups(runs: pd.DataFrame, order: Sequence[str] | None = None) -> list[tuple[str, str]]:
+    """(clip, ε) pairs present in `runs`, in `order` of the rules (default: the report
+    order), then ascending ε."""
+    order = clip_order() if order is None else order
     pairs = set(zip(runs["clip"], runs["eps"], strict=True))
     return sorted(pairs, key=lambda p: (order.index(p[0]), parse_eps(p[1])))
 
@@ -70,8 +71,9 @@ def sweep_cells(runs: pd.DataFrame) -> pd.DataFrame:
         .agg(dice_mean=("dice", "mean"), dice_std=("dice", "std"), seeds=("dice", "count"))
         .reset_index()
     )
+    models, clips = model_order(), clip_order()
     order = [
-        (SEG_DATASETS.index(d), MODELS.index(m), CLIPS.index(r), parse_eps(e), lr, c)
+        (SEG_DATASETS.index(d), models.index(m), clips.index(r), parse_eps(e), lr, c)
         for d, m, r, e, lr, c in cells[keys].itertuples(index=False)
     ]
     return cells.iloc[sorted(range(len(cells)), key=order.__getitem__)].reset_index(drop=True)
@@ -103,11 +105,18 @@ def lr_clip_figure(metrics_paths: Iterable[str | Path], png_path: str | Path) ->
         ax.set_yticks(range(mean.shape[0]), [format_eps(lr) for lr in mean.index])
         ax.set_xlabel("clipping threshold C")
         ax.set_ylabel("learning rate")
-        ax.set_title(f"{dataset} · {MODEL_LABEL[model]} · {CLIP_LABEL[rule]} · ε={eps}")
+        ax.set_title(f"{dataset} · {model_label(model)} · {clip_label(rule)} · ε={eps}")
         fig.colorbar(image, ax=ax, label="test Dice")
     fig.suptitle("Clipping ablation: test Dice over learning rate × C (mean over seeds)")
     save_figure(fig, png_path)
     return cells
+
+
+def lr_clip_report(
+    metrics_paths: Iterable[str | Path], png_path: str | Path, csv_path: str | Path
+) -> None:
+    """Fig. 2 (png + pdf) and its cell table (csv + md)."""
+    write_table(lr_clip_figure(metrics_paths, png_path), csv_path)
 
 
 def _quantile_label(q: tuple[float, float]) -> str:
@@ -122,33 +131,41 @@ def quantile_table(
     configured `quantiles` minus that of (a, b), NaN where either side has no run."""
     base = (float(quantiles[0]), float(quantiles[1]))
     runs = plain_clip(collect_runs(metrics_paths))
-    runs = runs[(runs["dataset"] == "duke") & runs["morph"].str.startswith("adaptive")]
+    runs = runs[runs["dataset"] == RETINAL_DATASET]
+    runs = runs[runs["morph"].map(morph_kind) == "adaptive"]
     specs = [parse_morph(m, base) for m in runs["morph"]]
     runs = runs.assign(
-        version=[f"v{s.version}" for s in specs],
+        version=[s.variant for s in specs],
         q_low=[s.quantiles[0] for s in specs],
         q_high=[s.quantiles[1] for s in specs],
         scope=[s.scope for s in specs],
     )
     runs = runs[runs["scope"] == "batch"]
     varied = (runs["q_low"] != base[0]) | (runs["q_high"] != base[1])
-    models = [m for m in MODELS if varied[runs["model"] == m].any()]
+    models = [m for m in model_order() if varied[runs["model"] == m].any()]
     if not models:
         raise ValueError("no batch-scope adaptive-vN-qL-H runs on duke for the quantile table")
     runs = runs[runs["model"].isin(models)]
     score = runs.groupby(["model", "version", "q_low", "q_high", "clip", "eps"])["val_dice"]
     score = score.mean()
-    columns = clip_groups(runs, TABLE2_CLIPS)
+    columns = clip_groups(runs, paper_column_order(baseline_first=False))
     labels = setting_labels(columns)
     rows = []
     for model in models:
         sub = runs[runs["model"] == model]
         variants = sorted(set(zip(sub["q_low"], sub["q_high"], strict=True)) - {base})
         for version, q in itertools.product(sorted(set(sub["version"])), variants):
-            row = {"model": MODEL_LABEL[model], "policy": version, "setting": _quantile_label(q)}
+            row = {"model": model_label(model), "policy": version, "setting": _quantile_label(q)}
             for clip, eps in columns:
                 ref = score.get((model, version, *base, clip, eps), np.nan)
                 other = score.get((model, version, *q, clip, eps), np.nan)
                 row[labels[clip, eps]] = ref - other
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def write_quantile_table(
+    metrics_paths: Iterable[str | Path], quantiles: Sequence[float], csv_path: str | Path
+) -> None:
+    """Table 2 as csv (+ md)."""
+    write_table(quantile_table(metrics_paths, quantiles), csv_path)

@@ -26,23 +26,34 @@ from matplotlib.ticker import MaxNLocator
 from dpmed.config.grid import wildcards_from_path
 from dpmed.data.oct import DUKE_CLASSES
 from dpmed.report.style import save_figure
-from dpmed.seg.morphology import OPERATIONS, RETINAL_CLASSES, parse_morph
+from dpmed.seg.morphology import (
+    OPERATIONS,
+    RETINAL_CLASSES,
+    RETINAL_DATASET,
+    adaptive_variants,
+    has_quantiles,
+    morph_kind,
+    parse_morph,
+)
 from dpmed.seg.report.ablation import clip_groups, plain_clip, setting_labels
-from dpmed.seg.report.main import MODEL_LABEL, MODELS, best_fixed, collect_runs, morph_kind
+from dpmed.seg.report.labels import model_label, model_order
+from dpmed.seg.report.main import best_fixed, collect_runs
 from dpmed.seg.spec import clip_overrides
 
-# Fig. 11 bar categories: (key, legend label, colour index, hatched).
-BARS = (
-    ("none", "no morph", 0, False),
-    ("fixed", "best fixed (val Dice)", 1, False),
-    ("v1", "adaptive v1", 2, False),
-    ("v2", "adaptive v2", 3, False),
-    ("v3", "adaptive v3", 4, False),
-    ("v1-s", "adaptive v1, per-image", 2, True),
-    ("v2-s", "adaptive v2, per-image", 3, True),
-    ("v3-s", "adaptive v3, per-image", 4, True),
-)
+# Fig. 12 shows the paper's adaptive variant v2.
+LAYER_VARIANT = "adaptive-v2"
 OPERATION_COLOR = {"open": "tab:blue", "close": "tab:orange", "both": "tab:green"}
+
+
+def bars() -> list[tuple[str, str, int, bool]]:
+    """Fig. 11 bar categories: (key, legend label, colour index, hatched): no morph, the best
+    fixed variant, each adaptive variant with the paper's batch scope, then each per-image
+    (hatched, its batch-scope colour)."""
+    variants = [parse_morph(name).variant for name in adaptive_variants()]
+    out = [("none", "no morph", 0, False), ("fixed", "best fixed (val Dice)", 1, False)]
+    out += [(v, f"adaptive {v}", 2 + i, False) for i, v in enumerate(variants)]
+    out += [(f"{v}-s", f"adaptive {v}, per-image", 2 + i, True) for i, v in enumerate(variants)]
+    return out
 
 
 def _category(morph: str) -> str | None:
@@ -50,10 +61,10 @@ def _category(morph: str) -> str | None:
     kind = morph_kind(morph)
     if kind != "adaptive":
         return kind
-    if "-q" in morph:
+    if has_quantiles(morph):
         return None
     spec = parse_morph(morph)
-    return f"v{spec.version}" + ("-s" if spec.scope == "sample" else "")
+    return spec.variant + ("-s" if spec.scope == "sample" else "")
 
 
 def _bar(cell_runs: pd.DataFrame, key: str) -> tuple[float, float, str]:
@@ -71,12 +82,13 @@ def _bar(cell_runs: pd.DataFrame, key: str) -> tuple[float, float, str]:
 def adaptive_figure(metrics_paths: Iterable[str | Path], png_path: str | Path) -> None:
     """Fig. 11: per model with adaptive runs on duke, clip rules × morphology bars."""
     runs = collect_runs(metrics_paths)
-    runs = plain_clip(runs[runs["dataset"] == "duke"])
+    runs = plain_clip(runs[runs["dataset"] == RETINAL_DATASET])
     runs = runs.assign(category=[_category(m) for m in runs["morph"]]).dropna(subset="category")
-    adaptive = runs["category"].str.startswith("v")
-    models = [m for m in MODELS if adaptive[runs["model"] == m].any()]
+    adaptive = runs["morph"].map(morph_kind) == "adaptive"
+    models = [m for m in model_order() if adaptive[runs["model"] == m].any()]
     if not models:
         raise ValueError("no adaptive (default-quantile) seg runs on duke for Fig. 11")
+    categories = bars()
     fig, axes = plt.subplots(
         1, len(models), figsize=(5 * len(models) + 2, 4), squeeze=False, layout="constrained"
     )
@@ -84,13 +96,13 @@ def adaptive_figure(metrics_paths: Iterable[str | Path], png_path: str | Path) -
         sub = runs[runs["model"] == model]
         groups = clip_groups(sub)
         labels = setting_labels(groups)
-        bars = [b for b in BARS if b[0] in set(sub["category"])]
-        width = 0.8 / len(bars)
+        drawn_bars = [b for b in categories if b[0] in set(sub["category"])]
+        width = 0.8 / len(drawn_bars)
         x = np.arange(len(groups))
-        for i, (key, label, colour, hatched) in enumerate(bars):
+        for i, (key, label, colour, hatched) in enumerate(drawn_bars):
             cells = [_bar(sub[(sub["clip"] == c) & (sub["eps"] == e)], key) for c, e in groups]
             drawn = ax.bar(
-                x + (i - (len(bars) - 1) / 2) * width,
+                x + (i - (len(drawn_bars) - 1) / 2) * width,
                 [c[0] for c in cells],
                 width,
                 yerr=[c[1] for c in cells],
@@ -107,11 +119,13 @@ def adaptive_figure(metrics_paths: Iterable[str | Path], png_path: str | Path) -
         ax.set_xticks(x, [labels[g] for g in groups], fontsize=8)
         ax.set_xlim(-0.7, len(groups) - 0.3)
         ax.set_ylabel("test Dice ↑")
-        ax.set_title(MODEL_LABEL[model])
+        ax.set_title(model_label(model))
     handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
-    names = [b[1] for b in BARS if b[1] in handles]
+    names = [b[1] for b in categories if b[1] in handles]
     fig.legend([handles[n] for n in names], names, fontsize=8, loc="outside right")
-    fig.suptitle("duke: adaptive DP-Morph vs fixed vs none (test set, mean ± sd over seeds)")
+    fig.suptitle(
+        f"{RETINAL_DATASET}: adaptive DP-Morph vs fixed vs none (test set, mean ± sd over seeds)"
+    )
     save_figure(fig, png_path)
 
 
@@ -122,10 +136,10 @@ def _layer_runs(run_dirs: Iterable[str | Path]) -> tuple[str, list[tuple[dict, P
     for run_dir in run_dirs:
         wc = wildcards_from_path("seg", run_dir)
         plain = not clip_overrides(wc["clip"])
-        if wc["dataset"] == "duke" and wc["morph"] == "adaptive-v2" and plain:
+        if wc["dataset"] == RETINAL_DATASET and wc["morph"] == LAYER_VARIANT and plain:
             if not pd.read_csv(Path(run_dir) / "morph_log.csv").empty:
                 found.append((wc, Path(run_dir)))
-    models = [m for m in MODELS if any(wc["model"] == m for wc, _ in found)]
+    models = [m for m in model_order() if any(wc["model"] == m for wc, _ in found)]
     if not models:
         raise ValueError("no duke adaptive-v2 seg runs with a morph log for Fig. 12")
     found = [(wc, d) for wc, d in found if wc["model"] == models[0]]
@@ -170,5 +184,7 @@ def layer_figure(run_dirs: Iterable[str | Path], png_path: str | Path) -> None:
     fig.legend(*axes[0, 0].get_legend_handles_labels(), fontsize=7, loc="outside right upper")
     handles = [Patch(color=OPERATION_COLOR[op], label=op) for op in OPERATIONS]
     fig.legend(handles=handles, fontsize=7, title="last-epoch op.", loc="outside right lower")
-    fig.suptitle(f"duke, {MODEL_LABEL[model]}, adaptive v2: layer thickness and layer Dice")
+    fig.suptitle(
+        f"{RETINAL_DATASET}, {model_label(model)}, adaptive v2: layer thickness and layer Dice"
+    )
     save_figure(fig, png_path)

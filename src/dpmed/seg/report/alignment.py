@@ -21,13 +21,13 @@ import pandas as pd
 
 from dpmed.config.grid import wildcards_from_path
 from dpmed.config.wildcards import format_eps, parse_eps
+from dpmed.privacy.clipping import CLIP_RULES
 from dpmed.report.style import save_figure
-from dpmed.seg.report.main import CLIP_LABEL, CLIPS, DATASET_LABEL, MODEL_LABEL, MODELS
+from dpmed.seg.report.labels import clip_label, clip_order, dataset_label, model_label, model_order
 from dpmed.seg.spec import SEG_DATASETS, is_paper_cell
 
 # Bottom row of the paper's Fig. 7: the model shown per dataset.
 BOTTOM_MODEL = {"duke": "unet", "umn": "unet", "covidct": "infnet"}
-PRIVATE_CLIPS = tuple(c for c in CLIPS if c != "none")
 
 
 def collect_alignment(paths: Iterable[str | Path]) -> pd.DataFrame:
@@ -38,7 +38,7 @@ def collect_alignment(paths: Iterable[str | Path]) -> pd.DataFrame:
     frames = []
     for path in paths:
         wc = wildcards_from_path("seg", path)
-        if wc["clip"] == "none" or not is_paper_cell(wc):
+        if not is_paper_cell(wc) or not CLIP_RULES[wc["clip"]].bounded:
             continue
         steps = pd.read_csv(path)
         frames.append(steps.assign(**wc))
@@ -51,14 +51,14 @@ def collect_alignment(paths: Iterable[str | Path]) -> pd.DataFrame:
 
 
 def _panel_rank(dataset: str, model: str) -> tuple[int, int, int]:
-    row = 0 if model == "unetpp" else (1 if BOTTOM_MODEL[dataset] == model else 2)
-    return row, SEG_DATASETS.index(dataset), MODELS.index(model)
+    row = 0 if model == "unetpp" else (1 if BOTTOM_MODEL.get(dataset) == model else 2)
+    return row, SEG_DATASETS.index(dataset), model_order().index(model)
 
 
-def alignment_figure(paths: Iterable[str | Path], png_path: str | Path) -> pd.DataFrame:
+def alignment_figure(alignment_paths: Iterable[str | Path], png_path: str | Path) -> pd.DataFrame:
     """Draw Fig. 7 from alignment.csv files to `png_path` (+ .pdf); print and return the
     median cosine per panel and rule (columns dataset, model, clip, steps, median)."""
-    steps = collect_alignment(paths)
+    steps = collect_alignment(alignment_paths)
     panels = sorted(
         {(d, m) for d, m in zip(steps["dataset"], steps["model"], strict=True)},
         key=lambda panel: _panel_rank(*panel),
@@ -69,10 +69,12 @@ def alignment_figure(paths: Iterable[str | Path], png_path: str | Path) -> pd.Da
         nrows, ncols, figsize=(4.2 * ncols, 3.4 * nrows), squeeze=False, sharey=True
     )
     rng = np.random.default_rng(0)
+    clip_rank = clip_order()
+    private = [c for c in clip_rank if CLIP_RULES[c].bounded]
     medians = []
     for index, (ax, (dataset, model)) in enumerate(zip(axes.flat, panels, strict=False)):
         cell = steps[(steps["dataset"] == dataset) & (steps["model"] == model)]
-        clips = [c for c in PRIVATE_CLIPS if c in set(cell["clip"])]
+        clips = [c for c in private if c in set(cell["clip"])]
         values = [cell.loc[cell["clip"] == c, "cosine"].to_numpy(float) for c in clips]
         positions = np.arange(len(clips))
         ax.boxplot(
@@ -80,11 +82,11 @@ def alignment_figure(paths: Iterable[str | Path], png_path: str | Path) -> pd.Da
         )
         for x, v in zip(positions, values, strict=True):
             jitter = rng.uniform(-0.18, 0.18, size=len(v))
-            ax.scatter(x + jitter, v, s=5, alpha=0.4, color=f"C{CLIPS.index(clips[x])}")
-        ax.set_xticks(positions, [CLIP_LABEL[c] for c in clips], fontsize=8)
+            ax.scatter(x + jitter, v, s=5, alpha=0.4, color=f"C{clip_rank.index(clips[x])}")
+        ax.set_xticks(positions, [clip_label(c) for c in clips], fontsize=8)
         ax.axhline(1.0, color="0.7", lw=0.6, ls="--")
         eps = ", ".join(format_eps(e) for e in sorted({parse_eps(e) for e in cell["eps"]}))
-        label = f"{DATASET_LABEL[dataset]}, {MODEL_LABEL[model]} (ε = {eps})"
+        label = f"{dataset_label(dataset)}, {model_label(model)} (ε = {eps})"
         ax.set_title(f"({chr(ord('a') + index)}) {label}", fontsize=9)
         if index % ncols == 0:
             ax.set_ylabel("cosine(transformed, true gradient)")
@@ -101,7 +103,7 @@ def alignment_figure(paths: Iterable[str | Path], png_path: str | Path) -> pd.Da
     summary = pd.DataFrame(medians)
     for (dataset, model), rows in summary.groupby(["dataset", "model"], sort=False):
         text = ", ".join(
-            f"{CLIP_LABEL[r.clip]} {r.median:.4f} (n={r.steps})" for r in rows.itertuples()
+            f"{clip_label(r.clip)} {r.median:.4f} (n={r.steps})" for r in rows.itertuples()
         )
         print(f"Fig. 7 {dataset}/{model} median cosine: {text}", flush=True)
     return summary

@@ -22,10 +22,11 @@ import numpy as np
 import pandas as pd
 
 from dpmed.config.wildcards import parse_eps
+from dpmed.privacy.clipping import CLIP_RULES
 from dpmed.report.style import save_figure, write_table
-from dpmed.seg.morphology import parse_morph
-from dpmed.seg.report.main import CLIP_LABEL, CLIPS, DATASET_LABEL, MODEL_LABEL, MODELS
-from dpmed.seg.spec import FIGURES, clip_rule
+from dpmed.seg.morphology import is_plain, morph_kind
+from dpmed.seg.report.labels import clip_label, clip_order, dataset_label, model_label, model_order
+from dpmed.seg.spec import SEG_DATASETS, clip_rule
 
 METRICS = ("auc", "balanced_accuracy", "advantage", "tpr_at_fpr_1pct", "tpr_at_fpr_0.1pct")
 CELL = ["dataset", "model", "clip", "morph", "eps"]
@@ -44,11 +45,12 @@ def collect_attacks(paths: Iterable[str | Path]) -> pd.DataFrame:
 
 
 def _order(row: pd.Series) -> tuple:
+    datasets = SEG_DATASETS
     return (
-        list(FIGURES).index(row["dataset"]) if row["dataset"] in FIGURES else len(FIGURES),
+        datasets.index(row["dataset"]) if row["dataset"] in datasets else len(datasets),
         row["dataset"],
-        MODELS.index(row["model"]),
-        CLIPS.index(clip_rule(row["clip"])),
+        model_order().index(row["model"]),
+        clip_order().index(clip_rule(row["clip"])),
         row["clip"],
         row["morph"],
         parse_eps(row["eps"]),
@@ -69,8 +71,7 @@ def attack_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 def is_paper_cell(clip: str, morph: str) -> bool:
     """A Fig. 9 cell: plain clip rule (no lr×C sweep) and morph none or fixed, unsuffixed."""
-    spec = parse_morph(morph)
-    return clip_rule(clip) == clip and spec.kind != "adaptive" and spec.label == morph
+    return clip_rule(clip) == clip and morph_kind(morph) != "adaptive" and is_plain(morph)
 
 
 def attack_figure(table: pd.DataFrame, png_path: str | Path) -> None:
@@ -80,11 +81,11 @@ def attack_figure(table: pd.DataFrame, png_path: str | Path) -> None:
     if cells.empty:
         raise ValueError("no attack results of paper cells (plain clip, morph none or fixed)")
     series = _sorted_series(cells)
-    datasets = [d for d in FIGURES if d in set(cells["dataset"])]
+    datasets = [d for d in SEG_DATASETS if d in set(cells["dataset"])]
     fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.2), squeeze=False)
     for index, (ax, dataset) in enumerate(zip(axes[0], datasets, strict=True)):
         _panel(ax, cells[cells["dataset"] == dataset], series)
-        ax.set_title(f"({'abc'[index]}) {DATASET_LABEL[dataset]}")
+        ax.set_title(f"({'abc'[index]}) {dataset_label(dataset)}")
     axes[0, 0].set_ylabel("attack success (balanced accuracy)")
     handles: dict[str, object] = {}
     for ax in axes[0]:
@@ -112,18 +113,18 @@ def _sorted_series(cells: pd.DataFrame) -> list[tuple[str, str]]:
     """The (clip, eps) pairs present, clip rules in paper order, then ε ascending."""
     return sorted(
         set(zip(cells["clip"], cells["eps"], strict=True)),
-        key=lambda s: (CLIPS.index(s[0]), parse_eps(s[1])),
+        key=lambda s: (clip_order().index(s[0]), parse_eps(s[1])),
     )
 
 
 def _series_label(clip: str, eps: str) -> str:
-    return CLIP_LABEL[clip] + ("" if clip == "none" else f" (ε={eps})")
+    return clip_label(clip) + (f" (ε={eps})" if CLIP_RULES[clip].bounded else "")
 
 
 def _panel(ax: plt.Axes, cells: pd.DataFrame, all_series: list[tuple[str, str]]) -> None:
     groups = sorted(
         set(zip(cells["model"], cells["morph"], strict=True)),
-        key=lambda g: (MODELS.index(g[0]), g[1] != "none", g[1]),
+        key=lambda g: (model_order().index(g[0]), g[1] != "none", g[1]),
     )
     series = _sorted_series(cells)
     width = 0.8 / len(series)
@@ -148,22 +149,22 @@ def _panel(ax: plt.Axes, cells: pd.DataFrame, all_series: list[tuple[str, str]])
             yerr=sd,
             capsize=2,
             label=_series_label(clip, eps),
-            color=colors(CLIPS.index(clip)),
+            color=colors(clip_order().index(clip)),
             hatch=HATCHES[eps_rank % len(HATCHES)],
             edgecolor="white",
         )
         ax.plot(offset, auc, "D", color="black", markersize=4, label="AUC")
     ax.axhline(0.5, color="grey", linestyle="--", linewidth=1, label="chance")
-    names = [MODEL_LABEL[m] + ("" if morph == "none" else f"\n{morph}") for m, morph in groups]
+    names = [model_label(m) + ("" if morph == "none" else f"\n{morph}") for m, morph in groups]
     ax.set_xticks(x, names, fontsize=8)
     ax.set_ylim(0, 1.05)
 
 
 def attack_report(
-    paths: Iterable[str | Path], png_path: str | Path, csv_path: str | Path
+    attack_paths: Iterable[str | Path], png_path: str | Path, csv_path: str | Path
 ) -> pd.DataFrame:
     """Write the table (csv + md) of every run and the Fig. 9 figure (png + pdf)."""
-    table = attack_table(collect_attacks(paths))
+    table = attack_table(collect_attacks(attack_paths))
     write_table(table, csv_path)
     attack_figure(table, png_path)
     return table

@@ -24,19 +24,10 @@ import numpy as np
 import pandas as pd
 
 from dpmed.report.style import save_figure, write_table
-from dpmed.seg.spec import FIGURES
+from dpmed.seg.morphology import MORPH_KINDS, morph_kind, parse_morph
+from dpmed.seg.report.labels import clip_label, clip_order, model_label, model_order
+from dpmed.seg.spec import SEG_DATASETS, STRUCTURE_DATASETS
 
-DATASET_LABEL = {"duke": "Duke", "umn": "UMN", "covidct": "COVID-19 lung CT"}
-MODELS = ("unetpp", "unet", "lfunet", "infnet")
-MODEL_LABEL = {"unet": "UNet", "unetpp": "UNet++", "lfunet": "LFUNet", "infnet": "Inf-Net"}
-CLIPS = ("none", "flat", "autos", "nsgd", "psac")
-CLIP_LABEL = {
-    "none": "Non-private",
-    "flat": "Flat",
-    "autos": "AUTO-S",
-    "nsgd": "NSGD",
-    "psac": "PSAC",
-}
 METRICS = ("dice", "hd95", "mae", "s_alpha", "e_phi")
 COLUMN = {"dice": "Dice", "hd95": "HD95", "mae": "MAE", "s_alpha": "S_alpha", "e_phi": "E_phi"}
 
@@ -59,14 +50,10 @@ def collect_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
     )
 
 
-def morph_kind(morph: str) -> str:
-    return "none" if morph == "none" else ("adaptive" if morph.startswith("adaptive") else "fixed")
-
-
 def setting_method(clip: str, morph: str) -> tuple[str, str]:
     """Table 3's (setting, method) labels of a cell."""
     kind = morph_kind(morph)
-    version = morph.split("-")[1] if kind == "adaptive" else ""
+    version = parse_morph(morph).variant if kind == "adaptive" else ""
     if clip == "none":
         method = {
             "none": "No Morph",
@@ -79,7 +66,7 @@ def setting_method(clip: str, morph: str) -> tuple[str, str]:
         "fixed": "DP + Morph",
         "adaptive": f"DP + Adaptive Morph ({version})",
     }
-    method = CLIP_LABEL[clip] + (f" ({morph})" if kind == "fixed" else "")
+    method = clip_label(clip) + (f" ({morph})" if kind == "fixed" else "")
     return setting[kind], method
 
 
@@ -94,13 +81,15 @@ def main_table(runs: pd.DataFrame, dataset: str) -> pd.DataFrame:
     sub = runs[runs["dataset"] == dataset]
     if sub.empty:
         raise ValueError(f"no seg runs of dataset '{dataset}'")
-    metrics = ["dice", "hd95", "mae"] + (["s_alpha", "e_phi"] if dataset == "covidct" else [])
+    structure = ["s_alpha", "e_phi"] if dataset in STRUCTURE_DATASETS else []
+    metrics = ["dice", "hd95", "mae", *structure]
+    models, clips = model_order(), clip_order()
     rows = []
     for (model, clip, morph, eps), cell in sub.groupby(
         ["model", "clip", "morph", "eps"], sort=False
     ):
         setting, method = setting_method(clip, morph)
-        row = {"model": MODEL_LABEL[model], "setting": setting, "method": method}
+        row = {"model": model_label(model), "setting": setting, "method": method}
         row |= {"clip": clip, "morph": morph, "eps": eps, "seeds": len(cell)}
         for name in metrics:
             values = cell[name].astype(float)
@@ -110,11 +99,11 @@ def main_table(runs: pd.DataFrame, dataset: str) -> pd.DataFrame:
             row[f"{name}_mean"], row[f"{name}_std"] = mean, std
         row["hd95_empty"] = int(cell["hd95_empty"].sum())
         row["_order"] = (
-            MODELS.index(model),
+            models.index(model),
             setting != "Non-private",
             _setting_rank(setting),
-            ("none", "fixed", "adaptive").index(morph_kind(morph)),
-            CLIPS.index(clip),
+            MORPH_KINDS.index(morph_kind(morph)),
+            clips.index(clip),
             morph,
         )
         rows.append(row)
@@ -157,13 +146,13 @@ def clipping_figure(
     """Figs. 3–5: per model, clip rules × (no morph, best fixed morph by validation Dice)."""
     runs = collect_runs(metrics_paths)
     cells = _cell_means(runs[runs["dataset"] == dataset])
-    models = [m for m in MODELS if m in set(cells["model"])]
-    second = "s_alpha" if dataset == "covidct" else "hd95"
+    models = [m for m in model_order() if m in set(cells["model"])]
+    second = "s_alpha" if dataset in STRUCTURE_DATASETS else "hd95"
     labels = {"dice": "Dice ↑", "hd95": "HD95 (px) ↓", "s_alpha": "S_α ↑"}
     fig, axes = plt.subplots(2, len(models), figsize=(4.2 * len(models), 6), squeeze=False)
     for col, model in enumerate(models):
         mc = cells[cells["model"] == model]
-        clips = [c for c in CLIPS if c in set(mc["clip"])]
+        clips = [c for c in clip_order() if c in set(mc["clip"])]
         x = np.arange(len(clips))
         for row, metric in enumerate(("dice", second)):
             ax = axes[row, col]
@@ -191,11 +180,11 @@ def clipping_figure(
                             fontsize=6,
                             rotation=90,
                         )
-            ax.set_xticks(x, [CLIP_LABEL[c] for c in clips], fontsize=8)
+            ax.set_xticks(x, [clip_label(c) for c in clips], fontsize=8)
             ax.set_xlim(-0.7, len(clips) - 0.3)
             ax.set_ylabel(labels[metric])
             if row == 0:
-                ax.set_title(MODEL_LABEL[model])
+                ax.set_title(model_label(model))
     axes[0, 0].legend(fontsize=8)
     fig.suptitle(
         f"{dataset}: clipping strategies with and without DP-Morph (test set, mean ± sd over seeds)"
@@ -221,14 +210,17 @@ def training_time_figure(metrics_paths: Iterable[str | Path], png_path: str | Pa
     """Fig. 8: mean training seconds per (model, clip) for no / fixed / adaptive morphology."""
     runs = collect_runs(metrics_paths)
     runs = runs.assign(kind=runs["morph"].map(morph_kind))
-    datasets = [d for d in FIGURES if d in set(runs["dataset"])]
+    datasets = [d for d in SEG_DATASETS if d in set(runs["dataset"])]
     fig, axes = plt.subplots(1, len(datasets), figsize=(5.5 * len(datasets), 4), squeeze=False)
-    kinds = ("none", "fixed", "adaptive")
+    kinds = MORPH_KINDS
     for ax, dataset in zip(axes[0], datasets, strict=True):
         sub = runs[runs["dataset"] == dataset]
         means = sub.groupby(["model", "clip", "kind"])["train_seconds"].mean()
         groups = [
-            (m, c) for m in MODELS for c in CLIPS if any((m, c, k) in means.index for k in kinds)
+            (m, c)
+            for m in model_order()
+            for c in clip_order()
+            if any((m, c, k) in means.index for k in kinds)
         ]
         x = np.arange(len(groups))
         present = [k for k in kinds if k in set(sub["kind"])]
@@ -241,7 +233,7 @@ def training_time_figure(metrics_paths: Iterable[str | Path], png_path: str | Pa
                 width,
                 label={"none": "no morph"}.get(kind, f"{kind} morph"),
             )
-        ax.set_xticks(x, [f"{MODEL_LABEL[m]}\n{CLIP_LABEL[c]}" for m, c in groups], fontsize=7)
+        ax.set_xticks(x, [f"{model_label(m)}\n{clip_label(c)}" for m, c in groups], fontsize=7)
         ax.set_ylabel("training time (s)")
         ax.set_title(dataset)
         ax.legend(fontsize=8)

@@ -4,8 +4,8 @@ dataset), Fig. 6 (predictions per clip rule) and Fig. 10 (effect of morphologica
 All three show the same test image of a dataset (`example_index`), so they can be read together.
 A prediction is made by the run's network in eval mode on CPU: z = final class-logit map
 (1, C, H, W), DP-Morph applied to z as in evaluation (`apply_morph`), label = argmax over C.
-Runs come as model.pt paths; their wildcards are parsed from the path, their hyperparameters
-(width, depth, deep supervision, quantiles) come from `hp_by_run` keyed by run folder.
+Runs come as model.pt paths (which carry the networks' build arguments); their wildcards are
+parsed from the path. Runs with adaptive morphology are not shown.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -26,20 +25,26 @@ from matplotlib.patches import Patch
 
 from dpmed.config.grid import wildcards_from_path
 from dpmed.config.wildcards import parse_eps
+from dpmed.privacy.clipping import paper_column_order
 from dpmed.report.data import LABEL_COLOURS
 from dpmed.report.style import save_figure
 from dpmed.seg.data import load_seg_data
 from dpmed.seg.inference import load_run_model
 from dpmed.seg.losses import split_output
-from dpmed.seg.morphology import MorphSpec, apply_morph, parse_morph
-from dpmed.seg.report.main import CLIP_LABEL, CLIPS, DATASET_LABEL, MODEL_LABEL, MODELS, morph_kind
-from dpmed.seg.spec import FIGURES, clip_rule
+from dpmed.seg.morph_ops import apply_morph
+from dpmed.seg.morphology import MorphSpec, morph_kind, parse_morph
+from dpmed.seg.report.labels import clip_label, clip_order, dataset_label, model_label, model_order
+from dpmed.seg.spec import SEG_DATASETS, clip_rule
 
-# Paper 002 Fig. 6 column order.
-VISUAL_CLIPS = ("none", "autos", "flat", "nsgd", "psac")
 # Improved map (Fig. 10): 0 correct before and after, 1 wrong before and after, 2 corrected
 # by morphology, 3 new error introduced by morphology.
 IMPROVED_CMAP = ListedColormap(["#000000", "#808080", "#00ffff", "#ff0000"])
+
+
+def visual_clips() -> tuple[str, ...]:
+    """Fig. 6's columns: the non-private baseline, then the private rules in the paper's
+    column order."""
+    return paper_column_order(baseline_first=True)
 
 
 def example_index(masks: np.ndarray) -> int:
@@ -118,16 +123,18 @@ def _clear(ax: plt.Axes) -> None:
 
 def examples_figure(processed_dirs: Mapping[str, str | Path], png_path: str | Path) -> None:
     """Fig. 1: per seg dataset (columns) the example test image and its colour-coded mask."""
-    datasets = [d for d in FIGURES if d in processed_dirs]
+    datasets = [d for d in SEG_DATASETS if d in processed_dirs]
     if not datasets:
-        raise ValueError(f"no seg dataset among {sorted(processed_dirs)} (need {list(FIGURES)})")
+        raise ValueError(
+            f"no seg dataset among {sorted(processed_dirs)} (need {list(SEG_DATASETS)})"
+        )
     fig, axes = plt.subplots(2, len(datasets), figsize=(2.8 * len(datasets), 6.4), squeeze=False)
     for col, dataset in enumerate(datasets):
         ex = load_example(processed_dirs[dataset], dataset)
         top, bottom = axes[0, col], axes[1, col]
         _show_image(top, ex.image)
         top.set_title(
-            f"({chr(ord('a') + col)}) {DATASET_LABEL[dataset]}: test image {ex.index}", fontsize=8
+            f"({chr(ord('a') + col)}) {dataset_label(dataset)}: test image {ex.index}", fontsize=8
         )
         _show_mask(bottom, ex.mask, ex.n_classes)
         bottom.legend(
@@ -146,27 +153,16 @@ def examples_figure(processed_dirs: Mapping[str, str | Path], png_path: str | Pa
     save_figure(fig, png_path)
 
 
-def run_table(
-    model_paths: Iterable[str | Path], hp_by_run: Mapping[str, Mapping[str, Any]]
-) -> pd.DataFrame:
-    """One row per run: its wildcards (eps as float, seed as int), folder and hyperparameters."""
-    hp = {Path(k).as_posix(): v for k, v in hp_by_run.items()}
+def run_table(model_paths: Iterable[str | Path]) -> pd.DataFrame:
+    """One row per run: its wildcards (eps as float, seed as int) and folder."""
     rows = []
     for path in model_paths:
         run_dir = Path(path).parent.as_posix()
-        if run_dir not in hp:
-            raise ValueError(f"no hyperparameters given for run {run_dir}")
         wc = wildcards_from_path("seg", run_dir)
         rows.append(
-            {
-                **wc,
-                "eps": parse_eps(wc["eps"]),
-                "seed": int(wc["seed"]),
-                "run_dir": run_dir,
-                "hp": hp[run_dir],
-            }
+            {**wc, "eps": parse_eps(wc["eps"]), "seed": int(wc["seed"]), "run_dir": run_dir}
         )
-    columns = ["dataset", "model", "clip", "morph", "eps", "seed", "run_dir", "hp"]
+    columns = ["dataset", "model", "clip", "morph", "eps", "seed", "run_dir"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -188,36 +184,38 @@ def _first_run(cell: pd.DataFrame) -> pd.Series:
 def select_visual_runs(runs: pd.DataFrame, datasets: Iterable[str]) -> pd.DataFrame:
     """Fig. 6's runs: per dataset one model (most clip rules present; ties in the order UNet++,
     UNet, LFUNet, Inf-Net), one morphology (covering most of its rules; fixed before none, then
-    by name) and per clip rule of `VISUAL_CLIPS` the run with the largest ε, lowest seed."""
+    by name) and per clip rule of `visual_clips()` the run with the largest ε, lowest seed."""
     usable = _usable(runs, datasets)
+    models, clips = model_order(), visual_clips()
     chosen = []
-    for dataset in FIGURES:
+    for dataset in SEG_DATASETS:
         sub = usable[usable["dataset"] == dataset]
         if sub.empty:
             continue
         n_clips = sub.groupby("model")["clip"].nunique()
-        model = min(n_clips.index, key=lambda m: (-n_clips[m], MODELS.index(m)))
+        model = min(n_clips.index, key=lambda m: (-n_clips[m], models.index(m)))
         sub = sub[sub["model"] == model]
         cover = sub.groupby("morph")["clip"].nunique()
         morph = min(cover.index, key=lambda m: (-cover[m], morph_kind(m) != "fixed", m))
         sub = sub[sub["morph"] == morph]
-        chosen += [_first_run(sub[sub["clip"] == c]) for c in VISUAL_CLIPS if c in set(sub["clip"])]
+        chosen += [_first_run(sub[sub["clip"] == c]) for c in clips if c in set(sub["clip"])]
     return pd.DataFrame(chosen, columns=runs.columns).reset_index(drop=True)
 
 
 def select_morph_runs(runs: pd.DataFrame, datasets: Iterable[str]) -> pd.DataFrame:
     """Fig. 10's runs: per dataset one run with a fixed morphology, non-private first, else
-    the first clip rule in `CLIPS` order; then model order, morphology name, largest ε,
+    the first clip rule in report order; then model order, morphology name, largest ε,
     lowest seed."""
     usable = _usable(runs, datasets)
     fixed = usable[usable["morph"].map(morph_kind) == "fixed"]
+    models, clips = model_order(), clip_order()
     chosen = []
-    for dataset in FIGURES:
+    for dataset in SEG_DATASETS:
         sub = fixed[fixed["dataset"] == dataset]
         if sub.empty:
             continue
         order = sub.assign(
-            _clip=sub["clip"].map(CLIPS.index), _model=sub["model"].map(MODELS.index)
+            _clip=sub["clip"].map(clips.index), _model=sub["model"].map(models.index)
         ).sort_values(
             ["_clip", "_model", "morph", "eps", "seed"], ascending=[True, True, True, False, True]
         )
@@ -225,13 +223,9 @@ def select_morph_runs(runs: pd.DataFrame, datasets: Iterable[str]) -> pd.DataFra
     return pd.DataFrame(chosen, columns=runs.columns).reset_index(drop=True)
 
 
-def _spec(run: pd.Series) -> MorphSpec:
-    return parse_morph(run["morph"], tuple(run["hp"]["quantiles"]))
-
-
 def raw_logits(run: pd.Series, image: torch.Tensor) -> torch.Tensor:
     """The final class-logit map (C, H, W) of `run`'s network on `image` (1, 1, H, W)."""
-    net = load_run_model(run["run_dir"], run["hp"], device="cpu")
+    net = load_run_model(run["run_dir"], device="cpu")
     with torch.no_grad():
         maps, _ = split_output(net(image))
     return maps[0][0]
@@ -261,28 +255,31 @@ def _eps_label(eps: float) -> str:
 def _runs_or_raise(
     model_paths: Iterable[str | Path],
     processed: Mapping[str, str | Path],
-    hp_by_run: Mapping[str, Mapping[str, Any]],
     select: Callable[[pd.DataFrame, list[str]], pd.DataFrame],
     what: str,
 ) -> pd.DataFrame:
-    chosen = select(run_table(model_paths, hp_by_run), list(processed))
+    chosen = select(run_table(model_paths), list(processed))
     if chosen.empty:
         raise ValueError(f"no usable seg run for {what} (datasets {sorted(processed)})")
     return chosen
 
 
 def visual_figure(
-    model_paths: Iterable[str | Path],
-    processed: Mapping[str, str | Path],
-    hp_by_run: Mapping[str, Mapping[str, Any]],
-    png_path: str | Path,
+    model_paths: Iterable[str | Path], processed: Mapping[str, str | Path], png_path: str | Path
 ) -> None:
     """Fig. 6: per dataset (rows) input, ground truth and the prediction of each clip rule
-    (`select_visual_runs`); rules without a run are blank panels marked "not run"."""
-    chosen = _runs_or_raise(model_paths, processed, hp_by_run, select_visual_runs, "Fig. 6")
+    (`select_visual_runs`); rules without a run are blank panels marked "not run".
+
+    Args:
+        model_paths: model.pt of the candidate runs.
+        processed: dataset → its processed data folder.
+        png_path: the figure (a .pdf is written beside it).
+    """
+    chosen = _runs_or_raise(model_paths, processed, select_visual_runs, "Fig. 6")
     datasets = list(dict.fromkeys(chosen["dataset"]))
     examples = {d: load_example(processed[d], d) for d in datasets}
-    ncols = 2 + len(VISUAL_CLIPS)
+    columns = visual_clips()
+    ncols = 2 + len(columns)
     fig, axes = plt.subplots(
         len(datasets), ncols, figsize=(1.9 * ncols + 1.6, 2.2 * len(datasets)), squeeze=False
     )
@@ -295,20 +292,20 @@ def visual_figure(
         ax[1].set_title(f"ground truth (test {ex.index})", fontsize=8)
         first = runs.iloc[0]
         ax[0].set_ylabel(
-            f"{DATASET_LABEL[dataset]}\n{MODEL_LABEL[first['model']]}, morph {first['morph']}",
+            f"{dataset_label(dataset)}\n{model_label(first['model'])}, morph {first['morph']}",
             fontsize=8,
         )
         by_clip = {run["clip"]: run for _, run in runs.iterrows()}
-        for col, clip in enumerate(VISUAL_CLIPS, start=2):
+        for col, clip in enumerate(columns, start=2):
             if clip not in by_clip:
                 ax[col].text(0.5, 0.5, "not run", ha="center", va="center", fontsize=8)
-                ax[col].set_title(CLIP_LABEL[clip], fontsize=8)
+                ax[col].set_title(clip_label(clip), fontsize=8)
                 continue
             run = by_clip[clip]
-            pred = morphed_labels(raw_logits(run, ex.input), _spec(run))
+            pred = morphed_labels(raw_logits(run, ex.input), parse_morph(run["morph"]))
             _show_mask(ax[col], pred, ex.n_classes)
             ax[col].set_title(
-                f"{CLIP_LABEL[clip]} ({_eps_label(run['eps'])}, seed {run['seed']})", fontsize=7
+                f"{clip_label(clip)} ({_eps_label(run['eps'])}, seed {run['seed']})", fontsize=7
             )
         for a in ax:
             _clear(a)
@@ -324,21 +321,18 @@ def visual_figure(
 
 
 def morph_effect_figure(
-    model_paths: Iterable[str | Path],
-    processed: Mapping[str, str | Path],
-    hp_by_run: Mapping[str, Mapping[str, Any]],
-    png_path: str | Path,
+    model_paths: Iterable[str | Path], processed: Mapping[str, str | Path], png_path: str | Path
 ) -> None:
     """Fig. 10: per dataset (rows) input, ground truth, prediction before and after the run's
     fixed morphology and the improved map (cyan corrected, red new errors, grey wrong in both,
-    black right in both), for the run of `select_morph_runs`."""
-    chosen = _runs_or_raise(model_paths, processed, hp_by_run, select_morph_runs, "Fig. 10")
+    black right in both), for the run of `select_morph_runs`. Arguments as `visual_figure`."""
+    chosen = _runs_or_raise(model_paths, processed, select_morph_runs, "Fig. 10")
     examples = {d: load_example(processed[d], d) for d in chosen["dataset"]}
     fig, axes = plt.subplots(len(chosen), 5, figsize=(11.5, 2.5 * len(chosen)), squeeze=False)
     for ax, (_, run) in zip(axes, chosen.iterrows(), strict=True):
         ex = examples[run["dataset"]]
         before, after, corrected, new_errors = morph_effect_maps(
-            raw_logits(run, ex.input), _spec(run), ex.mask
+            raw_logits(run, ex.input), parse_morph(run["morph"]), ex.mask
         )
         improved = np.where(before == ex.mask, 0, 1)
         improved[corrected], improved[new_errors] = 2, 3
@@ -357,8 +351,8 @@ def morph_effect_figure(
             a.set_title(title, fontsize=8)
             _clear(a)
         ax[0].set_ylabel(
-            f"{DATASET_LABEL[run['dataset']]}\n{MODEL_LABEL[run['model']]}, "
-            f"{CLIP_LABEL[run['clip']]} ({_eps_label(run['eps'])})",
+            f"{dataset_label(run['dataset'])}\n{model_label(run['model'])}, "
+            f"{clip_label(run['clip'])} ({_eps_label(run['eps'])})",
             fontsize=8,
         )
         ax[4].legend(

@@ -1,0 +1,299 @@
+"""The xcal methods (paper 001 §5): one registered entry per method.
+
+An entry says what the method is (private or not, federated or centralized, whether it takes a
+signal-weight preset) and how a client trains under it (noise calibration, per-round noise,
+one local step, ε spent, the privacy.json fields). The config schema's pattern, the `method`
+wildcard, the grid's validity rules and the report's method order all read `METHODS`, in
+registration order.
+
+This module is read when the Snakefile is parsed, so it imports nothing heavy at load time;
+the training hooks import what they use when they run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from dpmed.registry import Registry
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from dpmed.xcal.client import Client
+
+PRESET_PATTERN = "[a-z0-9]+"
+# Roles of the paper's comparisons (report tables and figures): the non-private baseline, the
+# DP baseline XCal-FL is measured against, and XCal-FL itself.
+NON_PRIVATE, BASELINE, PROPOSED = "nondp", "static", "xcal"
+
+
+@dataclass(frozen=True)
+class Method:
+    """DP-SGD at the fixed noise multiplier σ_ref that meets the target ε, flat clipping (the
+    `static` baseline). Other methods override the hooks they change; every hook gets the
+    `Client` whose state (ledgers, σs, filter) it reads and sets.
+
+    Args:
+        private: True: needs a finite ε; False: needs ε = inf; None: either (at ε = inf the
+            run trains as `NON_PRIVATE`).
+        federated: True: at least 2 clients, any shift; False: one client with the pooled
+            data (IID only).
+        default_preset: None: the method takes no preset; else the method wildcard may end in
+            `-<preset>` naming signal weights (α, β, γ) in the config's `presets`, and the
+            bare name uses this one.
+        weights: the preset's (α, β, γ) once resolved for a run (`resolve`).
+    """
+
+    private: bool | None = True
+    federated: bool = True
+    default_preset: str | None = None
+    weights: tuple[float, ...] | None = None
+
+    dp: ClassVar[bool] = True  # whether the run adds noise (and has a wrapper, a ledger)
+    mechanism: ClassVar[str] = "DP-SGD, Poisson-subsampled Gaussian, flat clipping (per client)"
+
+    def calibrate(self, client: Client, epsilon: float) -> None:
+        """Set the client's noise multiplier(s) for the target `epsilon`."""
+        client.sigma_ref = client.calibrated_sigma(epsilon, client.delta)
+
+    def round_noise(
+        self, client: Client, model: nn.Module, global_state: Mapping[str, torch.Tensor]
+    ) -> dict[str, Any] | None:
+        """Noise std by parameter for this round's steps (None: σ_ref·C everywhere)."""
+        return None
+
+    def step(
+        self,
+        client: Client,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        xb: torch.Tensor,
+        yb: torch.Tensor,
+        noise_std: dict[str, Any] | None,
+    ) -> bool:
+        """One local step on the sampled batch; False ends the client's round."""
+        std = noise_std if noise_std is not None else client.uniform_std(model, client.sigma_ref)
+        client.dp_step(model, optimizer, xb, yb, std)
+        client.ledger.charge(client.q, client.sigma_ref)
+        client.stats.sigmas.append(client.sigma_ref)
+        return True
+
+    def epsilon(self, client: Client) -> float | None:
+        """ε the client has spent so far (None when non-private)."""
+        return client.ledger.epsilon(client.delta)
+
+    def ledger_message(self, client: Client) -> dict:
+        """The ledger part of the client → server message."""
+        return {"epsilon": self.epsilon(client), "gradient": client.ledger.state()}
+
+    def privacy_details(
+        self, clients: list[Client], params: Mapping[str, Any]
+    ) -> tuple[dict[str, float], list[float], dict[str, Any]]:
+        """privacy.json's ε by accountant, noise multipliers and method-specific `extra`."""
+        per_client = [float(c.epsilon()) for c in clients]
+        return {"rdp": max(per_client)}, sorted({float(c.sigma_ref) for c in clients}), {}
+
+
+@dataclass(frozen=True)
+class NonPrivate(Method):
+    """Plain SGD on the mean cross-entropy (no clipping, no noise)."""
+
+    private: bool | None = False
+    dp: ClassVar[bool] = False
+    mechanism: ClassVar[str] = "none (non-private SGD)"
+
+    def calibrate(self, client: Client, epsilon: float) -> None:
+        pass
+
+    def step(self, client, model, optimizer, xb, yb, noise_std) -> bool:
+        client.sgd_step(model, optimizer, xb, yb)
+        return True
+
+    def epsilon(self, client: Client) -> float | None:
+        return None
+
+
+@dataclass(frozen=True)
+class AGP(Method):
+    """AGP (Li et al., TMC 2024): σ_ref on the important output channels of the broadcast
+    global model, (1 + b)·σ_ref elsewhere (`dpmed.xcal.agp`); accounted at σ_ref."""
+
+    def round_noise(self, client, model, global_state) -> dict[str, Any]:
+        from dpmed.privacy.dpsgd import trainable
+        from dpmed.xcal.agp import channel_noise_std
+
+        p = client.params
+        return channel_noise_std(
+            global_state, trainable(model), client.sigma_ref, p["band"], p["top_q"], p["clip_norm"]
+        )
+
+    def privacy_details(self, clients, params):
+        by_accountant, noise, extra = super().privacy_details(clients, params)
+        extra["agp_sigma"] = (
+            "top_q channels sigma_ref, others (1+b) sigma_ref; accounted at sigma_ref"
+        )
+        return by_accountant, noise, extra
+
+
+@dataclass(frozen=True)
+class XCalFL(Method):
+    """XCal-FL: σ_t from the privatised explainability signal under a Rényi filter.
+
+    (ε, δ) is split into a signal share f·(ε, δ) and a gradient share (1 − f)·(ε, δ). Per step,
+    the batch sum of the signal s_i (`dpmed.xcal.signal`, sensitivity 1) gets N(0, σ_s²), is
+    divided by q·n, clipped to [0, 1] and EMA-smoothed (start 0.5); σ_t follows from the
+    smoothed signal within [(1 − b)σ_ref, (1 + b)σ_ref] and the filter admits, raises or halts
+    it so the gradient share is never exceeded.
+    """
+
+    default_preset: str | None = "balanced"
+    mechanism: ClassVar[str] = (
+        "XCal-FL: Poisson-subsampled Gaussian on the clipped signal sum (sensitivity 1) + "
+        "DP-SGD (flat clipping) with adaptive sigma_t under a Renyi filter"
+    )
+
+    def calibrate(self, client: Client, epsilon: float) -> None:
+        from dpmed.privacy.adaptive import RenyiFilter
+
+        f = client.params["signal_fraction"]
+        client.eps_signal, client.delta_signal = f * epsilon, f * client.delta
+        client.eps_grad, client.delta_grad = (1 - f) * epsilon, (1 - f) * client.delta
+        client.sigma_signal = client.calibrated_sigma(client.eps_signal, client.delta_signal)
+        client.sigma_ref = client.calibrated_sigma(client.eps_grad, client.delta_grad)
+        client.filter = RenyiFilter.for_target(
+            client.eps_grad,
+            client.delta_grad,
+            client.q,
+            client.sigma_ref,
+            client.total_steps,
+            sigma_max=(1 + client.params["band"]) * client.sigma_ref,
+        )
+        client.ledger = client.filter.ledger
+
+    def step(self, client, model, optimizer, xb, yb, noise_std) -> bool:
+        from dpmed.xcal import signal
+
+        p = client.params
+        if not client.filter.can_continue():
+            return False
+        if xb.shape[0]:
+            parts = signal.components(model, client.cam_layer, xb, yb, p["top_q"])
+            total = float(signal.combine(parts, self.weights).sum())
+        else:
+            total = 0.0
+        noise = client.standard_normal()
+        client.signal_ledger.charge(client.q, client.sigma_signal)
+        private = (total + client.sigma_signal * noise) / (client.q * client.n)
+        private = min(1.0, max(0.0, private))
+        client.smoothed = p["ema"] * client.smoothed + (1 - p["ema"]) * private
+        proposed = signal.sigma_from_signal(client.smoothed, client.sigma_ref, p["band"])
+        sigma = client.filter.admit(proposed)
+        if sigma is None:
+            return False
+        client.dp_step(model, optimizer, xb, yb, client.uniform_std(model, sigma))
+        client.stats.sigmas.append(sigma)
+        client.stats.signals.append(private)
+        return True
+
+    def epsilon(self, client: Client) -> float | None:
+        """The signal's ε at δ_s plus the gradients' at δ_g (sequential composition, total
+        δ = δ_s + δ_g)."""
+        return client.signal_ledger.epsilon(client.delta_signal) + client.ledger.epsilon(
+            client.delta_grad
+        )
+
+    def ledger_message(self, client: Client) -> dict:
+        message = super().ledger_message(client)
+        message["signal"] = client.signal_ledger.state()
+        message["halted"] = client.filter.halted
+        return message
+
+    def privacy_details(self, clients, params):
+        from dpmed.privacy.adaptive import epsilon_of
+
+        per_client = [float(c.epsilon()) for c in clients]
+        joint = [epsilon_of(c.ledger.rdp + c.signal_ledger.rdp, params["delta"]) for c in clients]
+        sigmas = sorted({round(s, 6) for c in clients for s in c.stats.sigmas})
+        extra = {
+            "signal_fraction": params["signal_fraction"],
+            "client_epsilon_signal": [c.signal_ledger.epsilon(c.delta_signal) for c in clients],
+            "client_epsilon_gradient": [c.ledger.epsilon(c.delta_grad) for c in clients],
+            "client_sigma_signal": [c.sigma_signal for c in clients],
+            "filter_order": [c.filter.order for c in clients],
+            "filter_budget_rdp": [c.filter.budget for c in clients],
+            "filter_spent_rdp": [c.filter.spent() for c in clients],
+            "filter_raised_steps": [c.filter.raised for c in clients],
+            "client_halted": [c.filter.halted for c in clients],
+            "sigma_band": [1 - params["band"], 1 + params["band"]],
+        }
+        by_accountant = {"rdp_sequential": max(per_client), "rdp_joint": max(joint)}
+        noise = [float(min(sigmas)), float(max(sigmas))] if sigmas else []
+        return by_accountant, noise, extra
+
+
+METHODS: Registry[Method] = Registry("xcal method")
+METHODS.add(NON_PRIVATE, NonPrivate())
+METHODS.add("centralized", Method(private=None, federated=False))
+METHODS.add(BASELINE, Method())
+METHODS.add("agp", AGP())
+METHODS.add(PROPOSED, XCalFL())
+
+
+def split_method(method: str) -> tuple[str, str | None]:
+    """(registered name, preset) of a method wildcard: `xcal-logit` → (`xcal`, `logit`), `xcal`
+    → (`xcal`, its default preset), `static` → (`static`, None)."""
+    name, dash, preset = method.partition("-")
+    entry = METHODS[name]
+    if entry.default_preset is None:
+        if dash:
+            raise ValueError(f"xcal method '{name}' takes no preset (got '{method}')")
+        return name, None
+    return name, preset or entry.default_preset
+
+
+def method_rank(method: str) -> tuple[int, str]:
+    """Sort key of a method wildcard: registration order, then the preset suffix as written
+    (the bare name first)."""
+    name, _, suffix = method.partition("-")
+    return METHODS.names().index(name), suffix
+
+
+def method_regex(group: str = "(?:", end: str = ")") -> str:
+    """The alternation of every valid method wildcard (preset suffix where one is taken);
+    `group`/`end` open and close the suffix group (`"("`, `")"` for JSON schema)."""
+    return "|".join(
+        name if entry.default_preset is None else f"{name}{group}-{PRESET_PATTERN}{end}?"
+        for name, entry in METHODS.items()
+    )
+
+
+def eps_problem(method: str, private: bool) -> str | None:
+    """Why `method` cannot run at a finite (`private`) or infinite ε (None when it can)."""
+    entry = METHODS[split_method(method)[0]]
+    if entry.private is False and private:
+        return f"{method} needs eps inf"
+    if entry.private is True and not private:
+        return f"{method} is a DP method and needs a finite eps"
+    return None
+
+
+def required_preset(method: str) -> str | None:
+    """The config preset a method wildcard needs (`presets.<name>`), None when it takes none."""
+    return split_method(method)[1]
+
+
+def resolve(method: str, private: bool, presets: Mapping[str, Any]) -> Method:
+    """The entry a run of `method` trains with: a method that runs either way trains as
+    `NON_PRIVATE` at ε = inf; a preset method carries its preset's weights from `presets`."""
+    problem = eps_problem(method, private)
+    if problem:
+        raise ValueError(problem)
+    name, preset = split_method(method)
+    if not private and METHODS[name].dp:
+        return METHODS[NON_PRIVATE]
+    if preset is None:
+        return METHODS[name]
+    return replace(METHODS[name], weights=tuple(float(w) for w in presets[preset]))

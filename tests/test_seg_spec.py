@@ -1,0 +1,180 @@
+"""The seg spec and its registries: schema enums and patterns equal the registries, validity and
+targets read them, the rule file writes every target, and a new DP-Morph variant is one
+registration."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+from conftest import REPO, SMOKE_CONFIG
+
+from dpmed.config.checks import check_config
+from dpmed.privacy.clipping import CLIP_RULES
+from dpmed.seg.morph_ops import apply_morph, assign, thickness
+from dpmed.seg.morphology import (
+    ADAPTIVE_NEEDS,
+    MORPHS,
+    RETINAL_DATASET,
+    Morph,
+    has_quantiles,
+    is_plain,
+    morph_kind,
+    morph_pattern,
+    parse_morph,
+)
+from dpmed.seg.report.adaptive import bars
+from dpmed.seg.spec import (
+    ATTACK_FILE,
+    DATASET_FIGURE,
+    REPORTS,
+    RUN_FILES,
+    SEG_DATASETS,
+    SEG_MODELS,
+    SPEC,
+    invalid,
+    targets,
+)
+
+SCHEMA = REPO / "config" / "schema.yaml"
+
+
+@pytest.fixture(scope="module")
+def jobs():
+    return check_config(yaml.safe_load(SMOKE_CONFIG.read_text()), SCHEMA).jobs("seg")
+
+
+def test_schema_enums_and_pattern_equal_the_registries():
+    schema = yaml.safe_load(SCHEMA.read_text())
+    grid = schema["$defs"]["seg"]["properties"]["grid"]["items"]["properties"]
+    assert grid["datasets"]["items"]["enum"] == list(SEG_DATASETS)
+    assert grid["models"]["items"]["enum"] == list(SEG_MODELS)
+    assert grid["clips"]["items"]["enum"] == list(CLIP_RULES.names())
+    assert grid["morphs"]["items"]["pattern"] == f"^(?:{morph_pattern()})$"
+
+
+def test_the_spec_imports_without_torch_pandas_or_matplotlib():
+    heavy = "{'torch', 'pandas', 'matplotlib'}"
+    code = f"import sys, dpmed.studies; print(sorted({heavy} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "wildcard,good,bad",
+    [
+        ("clip", ["none", "psac", "flat-C0.5-lr0.001", "autos-C2-lr1e-05"], ["clip", "flat-C1"]),
+        (
+            "morph",
+            ["none", "open-k3", "both-k5", "adaptive-v2", "adaptive-v1-q25-80-s", "adaptive-v3-s"],
+            ["open-k4", "open-k3-s", "adaptive-v4", "adaptive-v1-q25", "erode-k3"],
+        ),
+        ("dataset", list(DATASET_FIGURE), ["fets", "bloodmnist"]),
+        ("model", ["unet", "unetpp", "lfunet", "infnet"], ["resnet18", "resunet3d"]),
+    ],
+)
+def test_wildcard_patterns_come_from_the_registries(wildcard, good, bad):
+    pattern = re.compile(SPEC.patterns[wildcard])
+    assert all(pattern.fullmatch(value) for value in good)
+    assert not any(pattern.fullmatch(value) for value in bad)
+
+
+def test_morph_wildcards_parse_through_the_registry():
+    assert [morph_kind(m) for m in ("none", "close-k5", "adaptive-v2-s")] == [
+        "none", "fixed", "adaptive"
+    ]  # fmt: skip
+    assert is_plain("open-k3") and is_plain("adaptive-v1") and not is_plain("adaptive-v1-s")
+    assert has_quantiles("adaptive-v1-q25-80") and not has_quantiles("adaptive-v1-s")
+    assert parse_morph("adaptive-v1-q25-80-s").label == "adaptive-v1"
+
+
+def test_validity_reads_the_registries():
+    cell = dict(dataset="duke", model="unet", clip="flat", morph="adaptive-v2", eps="8", seed="0")
+    assert invalid(cell) is None
+    assert invalid(cell | {"dataset": "umn"}) == ADAPTIVE_NEEDS
+    assert invalid(cell | {"dataset": "umn", "morph": "open-k3"}) is None
+    assert "clip 'none'" in invalid(cell | {"clip": "none"})
+    assert "clip 'none'" in invalid(cell | {"eps": "inf"})
+    assert "clip 'none'" in invalid(cell | {"clip": "flat-C1-lr0.001", "eps": "inf"})
+
+
+def test_targets_are_every_run_file_then_the_reports(jobs):
+    got = targets(jobs)
+    per_run = (*RUN_FILES, ATTACK_FILE)
+    assert got[: len(per_run) * len(jobs)] == [f"{j.path}/{f}" for j in jobs for f in per_run]
+    reports = got[len(per_run) * len(jobs) :]
+    assert reports[:6] == [
+        "results/tables/seg_main_duke.csv",
+        "results/tables/seg_main_umn.csv",
+        "results/tables/seg_main_covidct.csv",
+        "results/figures/seg_fig3_duke.png",
+        "results/figures/seg_fig4_umn.png",
+        "results/figures/seg_fig5_covidct.png",
+    ]
+    single = [r.path for _, r in REPORTS.items() if "{dataset}" not in r.path]
+    assert reports[6:] == single  # the smoke grid has every kind of cell
+    assert targets([]) == []
+
+
+def test_reports_follow_the_cells_of_the_grid(jobs):
+    plain = [j for j in jobs if j.wc["eps"] == "inf" and j.wc["morph"] == "none"]
+    reports = targets(plain)[len(plain) * (len(RUN_FILES) + 1) :]
+    per_dataset = [f"results/tables/seg_main_{d}.csv" for d in SEG_DATASETS]
+    per_dataset += [f"results/figures/seg_{DATASET_FIGURE[d]}_{d}.png" for d in SEG_DATASETS]
+    paper = [r.path for _, r in REPORTS.items() if r.needs == "paper" and "{" not in r.path]
+    assert reports == per_dataset + paper  # no private, sweep, quantile or adaptive cells
+    duke_private = [j for j in jobs if j.wc["dataset"] == "duke" and j.wc["clip"] != "none"]
+    reports = targets(duke_private)
+    assert "results/tables/seg_main_umn.csv" not in reports
+    assert "results/figures/seg_fig12_layers.png" in reports  # adaptive duke cells
+
+
+def _rule_outputs() -> dict[str, str]:
+    """rule name → the first `reported(stem, exts, ...)` of its block in rules/seg.smk, with
+    the extension its exts (FIG or TAB) put first."""
+    text = (REPO / "rules" / "seg.smk").read_text()
+    out = {}
+    for block in re.split(r"\n(?=rule )", text):
+        rule = re.match(r"rule (\w+):", block)
+        found = re.search(r'reported\(\s*"([^"]+)",\s*(FIG|TAB)', block)
+        if rule and found:
+            out[rule.group(1)] = found.group(1) + {"FIG": ".png", "TAB": ".csv"}[found.group(2)]
+    return out
+
+
+def test_every_report_rule_writes_its_target():
+    expected = {name: r.path.replace("{figure}", "{fig}") for name, r in REPORTS.items()}
+    assert _rule_outputs() == expected
+
+
+def test_a_new_adaptive_variant_is_one_registration():
+    MORPHS.add(
+        "adaptive-v4", Morph("adaptive", "close", datasets=(RETINAL_DATASET,), why=ADAPTIVE_NEEDS)
+    )
+    try:
+        spec = parse_morph("adaptive-v4-q25-80-s")
+        assert (spec.name, spec.op, spec.quantiles, spec.scope) == (
+            "adaptive-v4", "close", (25.0, 80.0), "sample"
+        )  # fmt: skip
+        assert re.fullmatch(morph_pattern(), "adaptive-v4-s")
+        cell = dict(dataset="umn", model="unet", clip="flat", morph="adaptive-v4", eps="8")
+        assert invalid(cell) == ADAPTIVE_NEEDS and invalid(cell | {"dataset": "duke"}) is None
+        torch.manual_seed(0)
+        logits = torch.randn(2, 9, 12, 12)
+        _, used = apply_morph(parse_morph("adaptive-v4"), logits)
+        expected = assign(thickness(logits), "close", (20.0, 85.0), "batch")
+        assert torch.equal(used.codes, expected.codes)
+        categories = bars()  # Fig. 11
+        assert [c[0] for c in categories] == [
+            "none", "fixed", "v1", "v2", "v3", "v4", "v1-s", "v2-s", "v3-s", "v4-s"
+        ]  # fmt: skip
+        assert categories[5] == ("v4", "adaptive v4", 5, False)
+        assert categories[-1] == ("v4-s", "adaptive v4, per-image", 5, True)
+    finally:
+        MORPHS.remove("adaptive-v4")
+    with pytest.raises(ValueError, match="adaptive-v4"):
+        parse_morph("adaptive-v4")

@@ -1,0 +1,242 @@
+"""xcal registries (methods, shifts) and spec: the schema and the wildcard patterns read them,
+the grid's validity rules and the report's order follow them, and a toy method or shift
+registered in one place runs through the real runner."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import yaml
+
+from dpmed.config.study import StudySpec
+from dpmed.data.stage import preprocess, synthesize
+from dpmed.models import models_of_kind
+from dpmed.privacy.accounting import noise_multiplier
+from dpmed.runtime import JobContext
+from dpmed.xcal import spec
+from dpmed.xcal.methods import (
+    METHODS,
+    Method,
+    method_rank,
+    method_regex,
+    required_preset,
+    resolve,
+    split_method,
+)
+from dpmed.xcal.run import run
+from dpmed.xcal.shifts import SHIFTS
+
+REPO = Path(__file__).resolve().parents[1]
+PARAMS = {
+    "rounds": 1,
+    "local_epochs": 1,
+    "batch_size": 16,
+    "lr": 0.01,
+    "momentum": 0.9,
+    "clip_norm": 1.0,
+    "delta": 1e-5,
+    "signal_fraction": 0.1,
+    "band": 0.2,
+    "top_q": 0.2,
+    "ema": 0.9,
+    "presets": {"balanced": [1, 1, 1], "logit": [1, 0, 0]},
+    "dirichlet_alpha": 0.5,
+    "brightness": [0.6, 1.4],
+    "road_subsample": 4,
+    "road_every": 1,
+    "road_percentages": [0.5],
+    "width_scale": 0.125,
+}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("xcal_tiny")
+    cfg = {"raw": "synthetic", "size": 28, "synthetic": {"counts": [60, 10, 12], "seed": 0}}
+    synthesize("bloodmnist", cfg, root / "raw")
+    preprocess("bloodmnist", cfg, root / "raw", root / "processed")
+    return root / "processed"
+
+
+def _job(processed: Path, out: Path, method: str, eps: str, shift: str = "iid") -> JobContext:
+    wc = {
+        "dataset": "bloodmnist",
+        "model": "resnet18",
+        "method": method,
+        "shift": shift,
+        "clients": "2",
+        "eps": eps,
+        "seed": "0",
+    }
+    return JobContext(processed, out, wc, PARAMS, seed=0, device="cpu", threads=1)
+
+
+# ------------------------------------------------------------------ schema and spec
+
+
+def _xcal_grid_schema() -> dict:
+    schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
+    return schema["$defs"]["xcal"]["properties"]["grid"]["items"]["properties"]
+
+
+def test_schema_enums_are_the_registry_names_in_registry_order():
+    grid = _xcal_grid_schema()
+    assert grid["datasets"]["items"]["enum"] == list(spec.DATASETS)
+    assert grid["models"]["items"]["enum"] == list(models_of_kind("classifier"))
+    assert grid["shifts"]["items"]["enum"] == list(SHIFTS.names())
+    assert grid["methods"]["items"]["pattern"] == f"^({method_regex('(', ')')})$"
+    assert spec.DATASETS == ("bloodmnist", "pneumoniamnist", "dermamnist")
+
+
+def test_method_pattern_takes_a_preset_only_where_the_method_does():
+    pattern = spec.SPEC.patterns["method"]
+    for method in ("nondp", "centralized", "static", "agp", "xcal", "xcal-logit"):
+        assert re_full(pattern, method), method
+    for method in ("static-logit", "xcal-", "xcalx", "dp"):
+        assert not re_full(pattern, method), method
+
+
+def re_full(pattern: str, text: str) -> bool:
+    return re.fullmatch(f"(?:{pattern})", text) is not None
+
+
+def _old_invalid(wc: dict[str, str]) -> str | None:
+    """The validity rules as hand-written before the method registry."""
+    private = wc["eps"] != "inf"
+    method = wc["method"]
+    if method == "nondp" and private:
+        return "nondp needs eps inf"
+    if method not in ("nondp", "centralized") and not private:
+        return f"{method} is a DP method and needs a finite eps"
+    if (method == "centralized") != (wc["clients"] == "1"):
+        return "centralized runs have clients 1, federated runs at least 2"
+    if method == "centralized" and wc["shift"] != "iid":
+        return "centralized runs pool the data: shift iid only"
+    return None
+
+
+def test_validity_rules_read_from_the_registry_keep_their_verdicts_and_reasons():
+    methods = ["nondp", "centralized", "static", "agp", "xcal", "xcal-logit"]
+    for method, shift, clients, eps in itertools.product(
+        methods, SHIFTS.names(), ["1", "3"], ["inf", "5"]
+    ):
+        wc = {"method": method, "shift": shift, "clients": clients, "eps": eps}
+        assert spec.invalid(wc) == _old_invalid(wc), wc
+
+
+def test_targets_list_run_files_with_model_pt_then_tables_and_figures():
+    class Job:
+        path = "results/xcal/a"
+
+    assert spec.targets([]) == []
+    targets = spec.targets([Job()])
+    assert targets[: len(spec.RUN_FILES)] == [f"results/xcal/a/{f}" for f in spec.RUN_FILES]
+    assert "results/xcal/a/model.pt" in targets
+    assert "results/measured/xcal_runtime.csv" in targets
+    assert {f"results/figures/{n}.png" for n in spec.FIGURES} <= set(targets)
+    assert set(spec.REPORT_GROUPS) == {*spec.TABLES, *spec.MEASURED_TABLES, *spec.FIGURES}
+    assert isinstance(spec.SPEC, StudySpec)
+    assert spec.SPEC.log("xcal_train") == (
+        "logs/xcal_train/{dataset}/{model}/{method}/{shift}/c{clients}/eps{eps}/seed{seed}.log"
+    )
+
+
+def test_method_names_presets_and_report_order():
+    assert METHODS.names() == ("nondp", "centralized", "static", "agp", "xcal")
+    assert split_method("xcal") == ("xcal", "balanced")
+    assert split_method("xcal-logit") == ("xcal", "logit")
+    assert split_method("agp") == ("agp", None)
+    assert required_preset("xcal-margin") == "margin" and required_preset("static") is None
+    with pytest.raises(ValueError, match="takes no preset"):
+        split_method("static-logit")
+    with pytest.raises(ValueError, match="unknown xcal method 'sgd'.*nondp, centralized"):
+        split_method("sgd")
+    order = ["xcal-logit", "static", "nondp", "xcal", "xcal-amplified", "centralized", "agp"]
+    assert sorted(order, key=method_rank) == [
+        "nondp",
+        "centralized",
+        "static",
+        "agp",
+        "xcal",
+        "xcal-amplified",
+        "xcal-logit",
+    ]
+
+
+def test_resolve_picks_the_training_entry():
+    presets = PARAMS["presets"]
+    assert resolve("centralized", False, presets) is METHODS["nondp"]
+    assert resolve("centralized", True, presets) is METHODS["centralized"]
+    assert resolve("xcal-logit", True, presets).weights == (1.0, 0.0, 0.0)
+    assert resolve("xcal", True, presets).weights == (1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="needs a finite eps"):
+        resolve("static", False, presets)
+    with pytest.raises(ValueError, match="needs eps inf"):
+        resolve("nondp", True, presets)
+
+
+# ------------------------------------------------------------------ toy entries, end to end
+
+
+@dataclass(frozen=True)
+class DoubleNoise(Method):
+    """Toy: DP-SGD at twice the σ that meets the target."""
+
+    mechanism: ClassVar[str] = "toy: DP-SGD at twice the calibrated sigma"
+
+    def calibrate(self, client, epsilon):
+        client.sigma_ref = 2 * client.calibrated_sigma(epsilon, client.delta)
+
+
+@pytest.fixture
+def toy_method():
+    METHODS.add("double", DoubleNoise())
+    try:
+        yield "double"
+    finally:
+        METHODS.remove("double")
+
+
+def test_a_registered_toy_method_runs_through_the_real_runner(tiny, tmp_path, toy_method):
+    assert "double" in method_regex() and method_rank("double")[0] == len(METHODS) - 1
+    assert spec.invalid({"method": "double", "shift": "iid", "clients": "2", "eps": "inf"})
+    metrics = run(_job(tiny, tmp_path, "double", "2"))
+    privacy = json.loads((tmp_path / "privacy.json").read_text())
+    assert privacy["mechanism"] == DoubleNoise.mechanism and privacy["guarantee"] == "dp"
+    sizes = metrics["client_sizes"]
+    steps = [math.ceil(n / PARAMS["batch_size"]) for n in sizes]
+    expected = sorted({2 * noise_multiplier(2.0, 1e-5, 1 / s, s) for s in steps})
+    assert privacy["noise_multipliers"] == pytest.approx(expected)
+    assert 0 < privacy["epsilon"] < 2.0  # twice the noise spends less than the target
+    assert (tmp_path / "model.pt").exists()
+
+
+def test_a_removed_toy_method_is_unknown_again(toy_method):
+    METHODS.remove(toy_method)
+    try:
+        with pytest.raises(ValueError, match="unknown xcal method 'double'"):
+            split_method("double")
+    finally:
+        METHODS.add(toy_method, DoubleNoise())  # the fixture removes it
+
+
+def test_a_registered_toy_shift_runs_through_the_real_runner(tiny, tmp_path):
+    @SHIFTS.register("first10")
+    def first10(images, labels, n_clients, params, seed):
+        """Toy: the first 10 images to client 0, the rest to client 1."""
+        return [(images[:10], labels[:10]), (images[10:], labels[10:])]
+
+    try:
+        assert "first10" in SHIFTS.pattern()
+        metrics = run(_job(tiny, tmp_path, "nondp", "inf", shift="first10"))
+    finally:
+        SHIFTS.remove("first10")
+    assert metrics["shift"] == "first10" and metrics["client_sizes"] == [10, 50]
+    assert "first10" not in SHIFTS
