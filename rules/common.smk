@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from dpmed.config.checks import check_config
 from dpmed.config.wildcards import wildcard_patterns
 from dpmed.data.registry import ARRAY_FILES, datasets_writing, processed_files
+from dpmed.report.outputs import EXTS_OF_KEYWORD
 from dpmed.studies import STUDIES
 
 
@@ -22,8 +23,6 @@ TRAIN_THREADS = 1 if config["device"] == "cpu" else 4
 # Report categories of the cross-study outputs.
 DATA_CAT, PRIVACY_CAT = "data", "privacy"
 FIG, TAB = (".png", ".pdf"), (".csv", ".md")
-# Report categories come from the study specs (dpmed.<study>.spec.SPEC.category).
-SEG_CAT, FETS_CAT, XCAL_CAT = (STUDIES[name].category for name in ("seg", "fets", "xcal"))
 
 
 wildcard_constraints:

@@ -1,6 +1,35 @@
-"""Cross-study outputs: the privacy summary of every DP run. The HTML report itself is built by
-`snakemake --report results/report.html` (same --configfile/--profile as the run) from the
-outputs flagged with `reported(...)`; captions are in workflow/report/."""
+"""Tables and figures: one rule per entry of every study's report registry (`StudySpec.reports`,
+see dpmed.report.outputs), and the cross-study privacy summary of every DP run. The HTML report
+itself is built by `snakemake --report results/report.html` (same --configfile/--profile as the
+run) from the outputs flagged with `reported(...)`; captions are in workflow/report/."""
+
+for _study, _spec in STUDIES.items():
+    for _name, _entry in _spec.reports.items():
+
+        rule:
+            name:
+                _name
+            input:
+                **_entry.inputs(GRID.jobs(_study)),
+            output:
+                **{
+                    keyword: reported(
+                        stem, EXTS_OF_KEYWORD[keyword], caption, _spec.category, _entry.subcategory
+                    )
+                    for keyword, (stem, caption) in _entry.files.items()
+                },
+            wildcard_constraints:
+                **_entry.constraints,
+            params:
+                writer=_entry.writer,
+                **_entry.params(GRID.jobs(_study), config),
+            log:
+                _entry.log(_name),
+            localrule: True
+            conda:
+                CONDA_ENV
+            script:
+                "../workflow/scripts/report_output.py"
 
 
 rule privacy_summary:

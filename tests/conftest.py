@@ -36,6 +36,29 @@ SEG_PARAMS = dict(
 )
 
 
+# Tiny xcal hyperparameters (1 round over 28² BloodMNIST, width 1/8) shared by the xcal tests.
+XCAL_PARAMS = {
+    "rounds": 2,
+    "local_epochs": 1,
+    "batch_size": 16,
+    "lr": 0.01,
+    "momentum": 0.9,
+    "clip_norm": 1.0,
+    "delta": 1e-5,
+    "signal_fraction": 0.1,
+    "band": 0.2,
+    "top_q": 0.2,
+    "ema": 0.9,
+    "presets": {"balanced": [1, 1, 1], "logit": [1, 0, 0]},
+    "dirichlet_alpha": 0.5,
+    "brightness": [0.6, 1.4],
+    "road_subsample": 6,
+    "road_every": 1,
+    "road_percentages": [0.3, 0.7],
+    "width_scale": 0.125,
+}
+
+
 def run_snakemake(*args: str, cwd: Path = REPO, check: bool = True) -> subprocess.CompletedProcess:
     """Run Snakemake on the repository's Snakefile; output captured as text."""
     env = {**os.environ, "PYTHONHASHSEED": "0"}

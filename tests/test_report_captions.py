@@ -7,9 +7,7 @@ mistyped config key fails here instead of vanishing from the report."""
 
 from __future__ import annotations
 
-import ast
 import functools
-import importlib
 import re
 import textwrap
 from pathlib import Path
@@ -39,47 +37,43 @@ RST_LINKS = textwrap.dedent("""
 .. _{{ res.target }}: javascript:app.showResultInfo('{{ res.path|urlencode }}')
 {% endfor %}
 """)
-# A `reported(stem, exts, caption, ...)` call: the caption is a string, f-string or name.
-CALL = re.compile(r"(?<!def )\breported\(\s*f?\"[^\"]*\"\s*,\s*\w+\s*,\s*(f?\"[^\"]*\"|\w+)\s*,")
-LOOP = re.compile(r"\bfor\s+(\w+)\s+in\s+(\w+)\b")
-IMPORT = re.compile(r"^from\s+([\w.]+)\s+import\s+(.+)$", re.MULTILINE)
 # Snakemake calls publish_parts(writer_name=...), which docutils >= 0.22 marks as deprecated.
 pytestmark = pytest.mark.filterwarnings('ignore:Argument "writer_name":PendingDeprecationWarning')
 
 
-def imported_names(text: str) -> dict[str, tuple[str, str]]:
-    """(module, name) of every `from module import NAME [as ALIAS], ...` line of a rule file,
-    by the alias the file uses."""
-    names = {}
-    for module, imports in IMPORT.findall(text):
-        for item in imports.split(","):
-            name, _, alias = item.strip().partition(" as ")
-            names[alias or name] = (module, name)
-    return names
+def reported_captions(configfile: Path, workdir: Path) -> set[str]:
+    """Caption names of every output the workflow flags for the report, read from the rules
+    Snakemake itself builds from the Snakefile with `configfile` (so generated rules count)."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.io import is_flagged
+    from snakemake.settings.types import (
+        ConfigSettings,
+        OutputSettings,
+        ResourceSettings,
+        StorageSettings,
+    )
+
+    with SnakemakeApi(OutputSettings(quiet=None)) as api:
+        workflow = api.workflow(
+            resource_settings=ResourceSettings(),
+            config_settings=ConfigSettings(configfiles=[configfile]),
+            storage_settings=StorageSettings(),
+            snakefile=REPO / "Snakefile",
+            workdir=workdir,
+        )._workflow
+        return {
+            Path(f.flags["report"].caption.get_filename()).stem
+            for rule in workflow.rules
+            for f in rule.output
+            if is_flagged(f, "report")
+        }
 
 
-def captions_of(text: str) -> list[str]:
-    """Caption names of every `reported(...)` call in a rule file. A caption built from a loop
-    variable (`for name in XCAL_TABLES ... reported(..., name, ...)` or `f"{name}_figure"`) is
-    expanded over the imported sequence the nearest preceding `for` iterates."""
-    names = imported_names(text)
-    captions = []
-    for match in CALL.finditer(text):
-        arg = match.group(1)
-        if arg.startswith('"'):
-            captions.append(ast.literal_eval(arg))
-            continue
-        var, iterable = LOOP.findall(text[: match.start()])[-1]
-        template = arg[1:].strip('"') if arg.startswith("f") else "{" + arg + "}"
-        values = getattr(importlib.import_module(names[iterable][0]), names[iterable][1])
-        captions += [template.format(**{var: value}) for value in values]
-    return captions
-
-
-def used_captions() -> set[str]:
-    return {
-        c for smk in sorted((REPO / "rules").glob("*.smk")) for c in captions_of(smk.read_text())
-    }
+@functools.cache
+def used_captions(tmp: Path) -> frozenset[str]:
+    return frozenset(
+        caption for path in CONFIGS.values() for caption in reported_captions(path, tmp)
+    )
 
 
 def render(path: Path, snakemake: SimpleNamespace) -> str:
@@ -92,29 +86,8 @@ def render(path: Path, snakemake: SimpleNamespace) -> str:
     return publish_parts(text, writer_name="html", settings_overrides=overrides)["html_body"]
 
 
-def test_caption_parser_reads_every_form() -> None:
-    text = textwrap.dedent("""
-        from dpmed.xcal.report import FIGURES as XCAL_FIGURES
-        def reported(stem, exts, caption, category, subcategory):
-        rule a:
-            output:
-                reported("results/tables/x", TAB, "plain", CAT, "Fig. 1"),
-                reported(
-                    "results/figures/y",
-                    FIG,
-                    "multi_line",
-                    CAT,
-                ),
-                [f for name in XCAL_FIGURES for f in reported(
-                    f"results/figures/{name}", FIG, f"{name}_figure", CAT, G[name])],
-    """)
-    from dpmed.xcal.report import FIGURES
-
-    assert captions_of(text) == ["plain", "multi_line", *(f"{n}_figure" for n in FIGURES)]
-
-
-def test_every_reported_output_has_its_caption_and_every_caption_is_used() -> None:
-    used = used_captions()
+def test_every_reported_output_has_its_caption_and_every_caption_is_used(tmp_path) -> None:
+    used = used_captions(tmp_path)
     assert len(used) >= 30, sorted(used)
     present = {p.stem for p in CAPTIONS.glob("*.rst")} - {FRONT_PAGE.stem}
     assert not used - present, f"missing caption files: {sorted(used - present)}"

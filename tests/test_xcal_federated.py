@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import XCAL_PARAMS
 
 from dpmed.data.partition import apply_brightness, dirichlet_counts
 from dpmed.data.stage import preprocess, synthesize
@@ -20,26 +21,7 @@ from dpmed.xcal.client import ClientUpdate
 from dpmed.xcal.run import fedavg, run
 from dpmed.xcal.shifts import partition
 
-PARAMS = {
-    "rounds": 2,
-    "local_epochs": 1,
-    "batch_size": 16,
-    "lr": 0.01,
-    "momentum": 0.9,
-    "clip_norm": 1.0,
-    "delta": 1e-5,
-    "signal_fraction": 0.1,
-    "band": 0.2,
-    "top_q": 0.2,
-    "ema": 0.9,
-    "presets": {"balanced": [1, 1, 1], "logit": [1, 0, 0]},
-    "dirichlet_alpha": 0.5,
-    "brightness": [0.6, 1.4],
-    "road_subsample": 6,
-    "road_every": 1,
-    "road_percentages": [0.3, 0.7],
-    "width_scale": 0.125,
-}
+PARAMS = dict(XCAL_PARAMS)
 
 
 def _data(root: Path, counts: list[int]) -> Path:

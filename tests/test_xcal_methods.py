@@ -14,6 +14,7 @@ from typing import ClassVar
 
 import pytest
 import yaml
+from conftest import XCAL_PARAMS
 
 from dpmed.config.study import StudySpec
 from dpmed.data.stage import preprocess, synthesize
@@ -34,26 +35,7 @@ from dpmed.xcal.run import run
 from dpmed.xcal.shifts import SHIFTS
 
 REPO = Path(__file__).resolve().parents[1]
-PARAMS = {
-    "rounds": 1,
-    "local_epochs": 1,
-    "batch_size": 16,
-    "lr": 0.01,
-    "momentum": 0.9,
-    "clip_norm": 1.0,
-    "delta": 1e-5,
-    "signal_fraction": 0.1,
-    "band": 0.2,
-    "top_q": 0.2,
-    "ema": 0.9,
-    "presets": {"balanced": [1, 1, 1], "logit": [1, 0, 0]},
-    "dirichlet_alpha": 0.5,
-    "brightness": [0.6, 1.4],
-    "road_subsample": 4,
-    "road_every": 1,
-    "road_percentages": [0.5],
-    "width_scale": 0.125,
-}
+PARAMS = {**XCAL_PARAMS, "rounds": 1, "road_subsample": 4, "road_percentages": [0.5]}
 
 
 @pytest.fixture(scope="module")

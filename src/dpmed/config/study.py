@@ -53,6 +53,8 @@ class StudySpec:
         wildcard_params: hyperparameters a wildcard value spells (for off-grid file targets).
         check: the study's config rules a schema cannot express, given its config section and
             expanded jobs; raises `ConfigError` naming the key.
+        reports: rule name → `dpmed.report.outputs.ReportOutput` of the study's tables and
+            figures that rules/report.smk generates (a study may also write its own rules).
     """
 
     name: str
@@ -66,6 +68,7 @@ class StudySpec:
     sweep: Callable[[Wildcards, Mapping[str, Any], Mapping[str, Any]], SweepResult] | None = None
     wildcard_params: Callable[[Mapping[str, str]], dict[str, Any]] = field(default=_no_overrides)
     check: Callable[[Mapping[str, Any], Sequence[Any]], None] = field(default=_no_check)
+    reports: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def wildcards(self) -> tuple[str, ...]:

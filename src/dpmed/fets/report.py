@@ -211,18 +211,6 @@ def figure4(run_dirs: Sequence[str | Path], png_path: str | Path) -> None:
     save_figure(fig, png_path)
 
 
-def write_tables(
-    run_dirs: Sequence[str | Path],
-    table2_csv: str | Path,
-    resources_csv: str | Path,
-    privacy_csv: str | Path,
-) -> None:
-    """The three fets tables from the run folders."""
-    table2(run_dirs, table2_csv)
-    resources_table(run_dirs, resources_csv)
-    privacy_table(run_dirs, privacy_csv)
-
-
 def figure3_from_run(
     selection_csv: str | Path,
     splits_csv: str | Path,

@@ -5,12 +5,13 @@ matplotlib (the aggregator registry it reads needs only numpy)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from dpmed.config.study import StudySpec
 from dpmed.config.wildcards import EPS_PATTERN
 from dpmed.fets.aggregation import AGGREGATORS, DP_MODES
+from dpmed.registry import Registry
+from dpmed.report.outputs import ReportOutput, report_targets
 
 # Files every fets_train job writes into its folder (checkpoint.pt is not among them: it is
 # only there while a job runs or after it was killed).
@@ -24,30 +25,97 @@ RUN_FILES = (
 )
 
 
-@dataclass(frozen=True)
-class Output:
-    """A table or figure of the study (its caption, workflow/report/<caption>.rst, is its key
-    in `TABLES` / `FIGURES`).
-
-    Args:
-        stem: the path without extension (tables: .csv and .md, figures: .png and .pdf).
-        group: the report subcategory: the paper's table or figure.
-    """
-
-    stem: str
-    group: str
+def _run_dirs(jobs: Sequence[Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    return {"run_dirs": [job.path for job in jobs]}
 
 
-TABLES = {
-    "fets_table2": Output("results/tables/fets_table2", "Table II"),
-    "fets_resources": Output("results/measured/fets_resources", "Table II"),
-    "fets_privacy": Output("results/tables/fets_privacy", "sound vs paper"),
-}
-FIGURES = {
-    "fets_fig1": Output("results/figures/fets_fig1_patients_per_institution", "Fig. 1"),
-    "fets_fig3": Output("results/figures/fets_fig3_selection", "Fig. 3"),
-    "fets_fig4": Output("results/figures/fets_fig4_rounds", "Fig. 4"),
-}
+def _runs(jobs: Sequence[Any]) -> dict[str, Any]:
+    return {"_runs": run_targets(jobs)}
+
+
+def _first_run(jobs: Sequence[Any]) -> dict[str, Any]:
+    """Fig. 3 reads the selection log of the grid's first run (every run shares the schedule)."""
+    selection = [f"{jobs[0].path}/selection.csv"] if jobs else []
+    return {"_selection": selection, "_splits": [SPLITS]}
+
+
+def _first_run_params(jobs: Sequence[Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    from dpmed.config.grid import job_seed  # the grid imports the study specs
+
+    return {
+        "selection_csv": f"{jobs[0].path}/selection.csv" if jobs else "",
+        "splits_csv": SPLITS,
+        "params": lambda wc: jobs[0].params,
+        "seed": lambda wc: job_seed("fets", jobs[0].wc),
+    }
+
+
+SPLITS = "data/processed/fets/splits.csv"
+_WRITERS = "dpmed.fets.report"
+
+# Rule name → table/figure (`dpmed.report.outputs`), in `rule all` order: a new table or figure
+# is its writer in dpmed.fets.report, its entry here and its caption in workflow/report/.
+REPORTS: Registry[ReportOutput] = Registry("fets report")
+REPORTS.add(
+    "fets_table2",
+    ReportOutput(
+        f"{_WRITERS}:table2",
+        {"csv_path": ("results/tables/fets_table2", "fets_table2")},
+        "Table II",
+        inputs=_runs,
+        params=_run_dirs,
+    ),
+)
+REPORTS.add(
+    "fets_resources_table",
+    ReportOutput(
+        f"{_WRITERS}:resources_table",
+        {"csv_path": ("results/measured/fets_resources", "fets_resources")},
+        "Table II",
+        inputs=_runs,
+        params=_run_dirs,
+    ),
+)
+REPORTS.add(
+    "fets_privacy_table",
+    ReportOutput(
+        f"{_WRITERS}:privacy_table",
+        {"csv_path": ("results/tables/fets_privacy", "fets_privacy")},
+        "sound vs paper",
+        inputs=_runs,
+        params=_run_dirs,
+    ),
+)
+REPORTS.add(
+    "fets_figure1",
+    ReportOutput(
+        f"{_WRITERS}:figure1",
+        {"png_path": ("results/figures/fets_fig1_patients_per_institution", "fets_fig1")},
+        "Fig. 1",
+        inputs=lambda jobs: {"_splits": [SPLITS]},
+        params=lambda jobs, config: {"processed_dir": "data/processed/fets"},
+    ),
+)
+REPORTS.add(
+    "fets_figure3",
+    ReportOutput(
+        f"{_WRITERS}:figure3_from_run",
+        {"png_path": ("results/figures/fets_fig3_selection", "fets_fig3")},
+        "Fig. 3",
+        inputs=_first_run,
+        params=_first_run_params,
+    ),
+)
+REPORTS.add(
+    "fets_figure4",
+    ReportOutput(
+        f"{_WRITERS}:figure4",
+        {"png_path": ("results/figures/fets_fig4_rounds", "fets_fig4")},
+        "Fig. 4",
+        inputs=lambda jobs: {"_rounds": [f"{job.path}/rounds.csv" for job in jobs]},
+        params=_run_dirs,
+    ),
+)
 
 
 def invalid(wc: Mapping[str, str]) -> str | None:
@@ -69,11 +137,7 @@ def run_targets(jobs: Sequence[Any]) -> list[str]:
 
 def targets(jobs: Sequence[Any]) -> list[str]:
     """The study's final outputs: run files, tables and figures ([] without jobs)."""
-    if not jobs:
-        return []
-    tables = [f"{out.stem}.csv" for out in TABLES.values()]
-    figures = [f"{out.stem}.png" for out in FIGURES.values()]
-    return [*run_targets(jobs), *tables, *figures]
+    return [*run_targets(jobs), *report_targets(REPORTS, jobs)]
 
 
 SPEC = StudySpec(
@@ -90,4 +154,5 @@ SPEC = StudySpec(
     run_files=RUN_FILES,
     targets=targets,
     category="fets (paper 000)",
+    reports=REPORTS,
 )

@@ -8,15 +8,16 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from dpmed.config.study import StudySpec, SweepResult, Wildcards, param_sets
 from dpmed.config.wildcards import EPS_PATTERN, NUMBER_PATTERN, format_eps
+from dpmed.data.registry import processed_files
 from dpmed.errors import ConfigError
 from dpmed.models import models_of_kind
 from dpmed.privacy.clipping import CLIP_RULES
 from dpmed.registry import Registry
+from dpmed.report.outputs import ReportOutput, report_targets
 from dpmed.seg.morphology import has_quantiles, is_plain, morph_kind, morph_pattern, unsupported
 
 # The seg datasets and the paper figure (Figs. 3–5) comparing the clip rules on each, in the
@@ -138,57 +139,209 @@ NEEDS: dict[str, Callable[[Sequence[Any]], bool]] = {
 }
 
 
-@dataclass(frozen=True)
-class ReportTarget:
-    """The table or figure a seg report rule writes for `rule all`.
-
-    Args:
-        path: the file; with `{dataset}` (and `{figure}`, its `DATASET_FIGURE`) one per
-            dataset with main-grid cells.
-        needs: the `NEEDS` condition on the grid (per-dataset targets: main-grid cells).
-    """
-
-    path: str
-    needs: str = "paper"
-
-    def files(self, jobs: Sequence[Any]) -> list[str]:
-        if "{dataset}" in self.path:
-            return [
-                self.path.format(dataset=d, figure=DATASET_FIGURE[d]) for d in main_datasets(jobs)
-            ]
-        return [self.path] if NEEDS[self.needs](jobs) else []
+def run_files(jobs: Sequence[Any], *names: str) -> list[str]:
+    """`<run>/<name>` for every job and name."""
+    return [f"{job.path}/{name}" for job in jobs for name in names]
 
 
-# Rule name → its target, in `rule all` order. A new table or figure: its function in
-# dpmed.seg.report, its rule in rules/seg.smk, its caption and its entry here.
-REPORTS: Registry[ReportTarget] = Registry("seg report")
-REPORTS.add("seg_main_table", ReportTarget("results/tables/seg_main_{dataset}.csv"))
-REPORTS.add("seg_clipping_figure", ReportTarget("results/figures/seg_{figure}_{dataset}.png"))
-REPORTS.add("seg_training_time_figure", ReportTarget("results/measured/seg_fig8_training_time.png"))
-REPORTS.add("seg_examples_figure", ReportTarget("results/figures/seg_fig1_examples.png"))
-REPORTS.add("seg_visual_figure", ReportTarget("results/figures/seg_fig6_visual.png"))
-REPORTS.add("seg_attack_report", ReportTarget("results/figures/seg_fig9_attack.png"))
-REPORTS.add("seg_morph_effect_figure", ReportTarget("results/figures/seg_fig10_morph_effect.png"))
-REPORTS.add("seg_rule_table", ReportTarget("results/tables/seg_table1_clip_rules.csv"))
+def processed_dirs(jobs: Sequence[Any]) -> dict[str, str]:
+    """dataset → its processed folder, for the seg datasets with jobs."""
+    return {d: f"data/processed/{d}" for d in datasets_of(jobs)}
+
+
+def processed_data(jobs: Sequence[Any]) -> list[str]:
+    """The processed files of the seg datasets with jobs."""
+    return [f for d in datasets_of(jobs) for f in processed_files(d)]
+
+
+def _when(need: str) -> Callable[[Sequence[Any]], list[dict[str, str]]]:
+    return lambda jobs: [{}] if NEEDS[need](jobs) else []
+
+
+def _per_main_dataset(jobs: Sequence[Any]) -> list[dict[str, str]]:
+    return [{"fig": DATASET_FIGURE[d], "dataset": d} for d in main_datasets(jobs)]
+
+
+def _dataset_param(jobs: Sequence[Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    return {"dataset": lambda wc: wc.dataset}
+
+
+_DATASET = {"dataset": "|".join(SEG_DATASETS)}
+_WRITERS = "dpmed.seg.report"
+
+# Rule name → table/figure, in `rule all` order (`dpmed.report.outputs`): a new table or figure
+# is its writer in dpmed.seg.report, its entry here and its caption in workflow/report/.
+REPORTS: Registry[ReportOutput] = Registry("seg report")
 REPORTS.add(
-    "seg_alignment_figure", ReportTarget("results/figures/seg_fig7_alignment.png", "private")
+    "seg_main_table",
+    ReportOutput(
+        f"{_WRITERS}.main:write_main_table",
+        {"csv_path": ("results/tables/seg_main_{dataset}", "seg_main")},
+        "Table 3",
+        inputs=lambda jobs: {"metrics_paths": lambda wc: paper_metrics(jobs, wc.dataset)},
+        params=_dataset_param,
+        wanted=lambda jobs: [{"dataset": d} for d in main_datasets(jobs)],
+        constraints=_DATASET,
+    ),
 )
-REPORTS.add("seg_privacy_table", ReportTarget("results/tables/seg_privacy.csv", "private"))
-REPORTS.add("seg_lr_clip_figure", ReportTarget("results/figures/seg_fig2_lr_clip.png", "sweep"))
 REPORTS.add(
-    "seg_quantile_table", ReportTarget("results/tables/seg_table2_quantiles.csv", "quantiles")
+    "seg_clipping_figure",
+    ReportOutput(
+        f"{_WRITERS}.main:clipping_figure",
+        {"png_path": ("results/figures/seg_{fig}_{dataset}", "seg_clipping")},
+        "Figs. 3-5",
+        inputs=lambda jobs: {"metrics_paths": lambda wc: paper_metrics(jobs, wc.dataset)},
+        params=_dataset_param,
+        wanted=_per_main_dataset,
+        constraints={"fig": "|".join(DATASET_FIGURE.values()), **_DATASET},
+    ),
 )
 REPORTS.add(
-    "seg_adaptive_figure", ReportTarget("results/figures/seg_fig11_adaptive.png", "adaptive")
+    "seg_training_time_figure",
+    ReportOutput(
+        f"{_WRITERS}.main:training_time_figure",
+        {"png_path": ("results/measured/seg_fig8_training_time", "seg_fig8")},
+        "Fig. 8",
+        inputs=lambda jobs: {
+            "metrics_paths": [f for d in main_datasets(jobs) for f in paper_metrics(jobs, d)]
+        },
+        wanted=_when("paper"),
+    ),
 )
-REPORTS.add("seg_layer_figure", ReportTarget("results/figures/seg_fig12_layers.png", "adaptive"))
+REPORTS.add(
+    "seg_examples_figure",
+    ReportOutput(
+        f"{_WRITERS}.visual:examples_figure",
+        {"png_path": ("results/figures/seg_fig1_examples", "seg_fig1")},
+        "Fig. 1",
+        inputs=lambda jobs: {"_data": processed_data(jobs)},
+        params=lambda jobs, config: {"processed_dirs": processed_dirs(jobs)},
+        wanted=_when("paper"),
+    ),
+)
+REPORTS.add(
+    "seg_visual_figure",
+    ReportOutput(
+        f"{_WRITERS}.visual:visual_figure",
+        {"png_path": ("results/figures/seg_fig6_visual", "seg_fig6")},
+        "Fig. 6",
+        inputs=lambda jobs: {
+            "_data": processed_data(jobs),
+            "model_paths": run_files(jobs, "model.pt"),
+        },
+        params=lambda jobs, config: {"processed": processed_dirs(jobs)},
+        wanted=_when("paper"),
+    ),
+)
+REPORTS.add(
+    "seg_attack_report",
+    ReportOutput(
+        f"{_WRITERS}.attack:attack_report",
+        {
+            "png_path": ("results/figures/seg_fig9_attack", "seg_fig9"),
+            "csv_path": ("results/tables/seg_attack", "seg_attack"),
+        },
+        "Fig. 9",
+        inputs=lambda jobs: {"attack_paths": run_files(jobs, ATTACK_FILE)},
+        wanted=_when("paper"),
+    ),
+)
+REPORTS.add(
+    "seg_morph_effect_figure",
+    ReportOutput(
+        f"{_WRITERS}.visual:morph_effect_figure",
+        {"png_path": ("results/figures/seg_fig10_morph_effect", "seg_fig10")},
+        "Fig. 10",
+        inputs=lambda jobs: {
+            "_data": processed_data(jobs),
+            "model_paths": run_files(jobs, "model.pt"),
+        },
+        params=lambda jobs, config: {"processed": processed_dirs(jobs)},
+        wanted=_when("paper"),
+    ),
+)
+REPORTS.add(
+    "seg_rule_table",
+    ReportOutput(
+        f"{_WRITERS}.privacy:write_clip_rule_table",
+        {"csv_path": ("results/tables/seg_table1_clip_rules", "seg_table1")},
+        "Table 1",
+        wanted=_when("paper"),
+    ),
+)
+REPORTS.add(
+    "seg_alignment_figure",
+    ReportOutput(
+        f"{_WRITERS}.alignment:alignment_figure",
+        {"png_path": ("results/figures/seg_fig7_alignment", "seg_fig7")},
+        "Fig. 7",
+        inputs=lambda jobs: {
+            "alignment_paths": [f"{run}/alignment.csv" for run in private_runs(jobs)]
+        },
+        wanted=_when("private"),
+    ),
+)
+REPORTS.add(
+    "seg_privacy_table",
+    ReportOutput(
+        f"{_WRITERS}.privacy:write_seg_privacy_table",
+        {"csv_path": ("results/tables/seg_privacy", "seg_privacy")},
+        "sound vs paper",
+        inputs=lambda jobs: {"privacy_paths": run_files(jobs, "privacy.json")},
+        wanted=_when("private"),
+    ),
+)
+REPORTS.add(
+    "seg_lr_clip_figure",
+    ReportOutput(
+        f"{_WRITERS}.ablation:lr_clip_report",
+        {
+            "png_path": ("results/figures/seg_fig2_lr_clip", "seg_fig2"),
+            "csv_path": ("results/tables/seg_fig2_lr_clip", "seg_fig2_table"),
+        },
+        "Fig. 2",
+        inputs=lambda jobs: {"metrics_paths": run_files(jobs, "metrics.json")},
+        wanted=_when("sweep"),
+    ),
+)
+REPORTS.add(
+    "seg_quantile_table",
+    ReportOutput(
+        f"{_WRITERS}.ablation:write_quantile_table",
+        {"csv_path": ("results/tables/seg_table2_quantiles", "seg_table2")},
+        "Table 2",
+        inputs=lambda jobs: {"metrics_paths": run_files(jobs, "metrics.json")},
+        params=lambda jobs, config: {"quantiles": config["seg"]["defaults"]["quantiles"]},
+        wanted=_when("quantiles"),
+    ),
+)
+REPORTS.add(
+    "seg_adaptive_figure",
+    ReportOutput(
+        f"{_WRITERS}.adaptive:adaptive_figure",
+        {"png_path": ("results/figures/seg_fig11_adaptive", "seg_fig11")},
+        "Fig. 11",
+        inputs=lambda jobs: {"metrics_paths": run_files(jobs, "metrics.json")},
+        wanted=_when("adaptive"),
+    ),
+)
+REPORTS.add(
+    "seg_layer_figure",
+    ReportOutput(
+        f"{_WRITERS}.adaptive:layer_figure",
+        {"png_path": ("results/figures/seg_fig12_layers", "seg_fig12")},
+        "Fig. 12",
+        inputs=lambda jobs: {"_runs": run_files(jobs, "history.csv", "morph_log.csv")},
+        params=lambda jobs, config: {"run_dirs": [job.path for job in jobs]},
+        wanted=_when("adaptive"),
+    ),
+)
 
 
 def targets(jobs: Sequence[Any]) -> list[str]:
     """Every run file (with attack.json) of every job, then the tables and figures the grid
     has cells for ([] for an empty grid)."""
-    runs = [f"{job.path}/{name}" for job in jobs for name in (*RUN_FILES, ATTACK_FILE)]
-    return runs + [path for _, report in REPORTS.items() for path in report.files(jobs)]
+    return run_files(jobs, *RUN_FILES, ATTACK_FILE) + report_targets(REPORTS, jobs)
 
 
 def check_config(section: Mapping[str, Any], jobs: Sequence[Any]) -> None:
@@ -228,4 +381,5 @@ SPEC = StudySpec(
     sweep=sweep,
     wildcard_params=lambda wc: clip_overrides(str(wc["clip"])),
     check=check_config,
+    reports=REPORTS,
 )

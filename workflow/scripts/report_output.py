@@ -1,7 +1,7 @@
-"""Every seg table and figure rule: call the writer its `params.writer` names
-("module:function") with the rule's named inputs (lists of paths), named outputs (the first
-file of each, the .png or .csv: the writer adds the .pdf or .md) and other params. Unnamed
-inputs are dependencies only."""
+"""Every generated table/figure rule (`dpmed.report.outputs`): call the writer `params.writer`
+names ("module:function") with the rule's named inputs (lists of paths; names starting with `_`
+are dependencies only), its named outputs (the first file of each, the .png or .csv: the writer
+adds the .pdf or .md) and its other params."""
 
 import importlib
 
@@ -11,7 +11,7 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 with log_to(smk.log[0]):
     module, _, name = smk.params.writer.partition(":")
     write = getattr(importlib.import_module(module), name)
-    inputs = {key: list(files) for key, files in smk.input.items()}
+    inputs = {key: list(files) for key, files in smk.input.items() if not key.startswith("_")}
     outputs = {key: files[0] for key, files in smk.output.items()}
     params = {key: value for key, value in smk.params.items() if key != "writer"}
     write(**inputs, **outputs, **params)

@@ -1,0 +1,89 @@
+"""Tables and figures as registry entries: a study registers each of its table/figure rules
+once (`ReportOutput`: writer, files and captions, inputs, params, when the grid asks for it);
+`rules/report.smk` generates one Snakemake rule per entry and `rule all` asks for the targets
+the entry yields for the grid. A new paper table or figure is then three things: its writer
+function, its entry, and its caption in `workflow/report/`.
+
+The generated rule calls `workflow/scripts/report_output.py`, which imports the writer
+("module:function") and calls it with the rule's named inputs (lists of paths; names starting
+with `_` are dependencies only), its named outputs (the first file of each: the `.png` of a
+figure, the `.csv` of a table — the writer adds the `.pdf` / `.md`) and its params.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+FIGURE_EXTS = (".png", ".pdf")
+TABLE_EXTS = (".csv", ".md")
+# The writer keyword of an output says what it is.
+EXTS_OF_KEYWORD = {"png_path": FIGURE_EXTS, "csv_path": TABLE_EXTS}
+
+
+def _no_params(jobs: Sequence[Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    return {}
+
+
+def _no_inputs(jobs: Sequence[Any]) -> dict[str, Any]:
+    return {}
+
+
+def once_if_jobs(jobs: Sequence[Any]) -> list[dict[str, str]]:
+    """The default `wanted`: the output once when the study has any job."""
+    return [{}] if jobs else []
+
+
+@dataclass(frozen=True)
+class ReportOutput:
+    """One table/figure rule of a study.
+
+    Args:
+        writer: "module:function" that writes the files.
+        files: writer keyword (`png_path` or `csv_path`) → (path stem without extension, caption
+            name in workflow/report/); stems may hold wildcards (`{dataset}`).
+        subcategory: the paper's figure/table number, the report's menu entry.
+        inputs: named inputs for the study's jobs: lists of paths, or functions of the
+            wildcards (names starting with `_`: dependencies the writer does not take).
+        params: extra writer arguments for the study's jobs and the config.
+        wanted: the wildcard values of every output `rule all` asks for ([{}] once, [] never).
+        constraints: wildcard → regex for the stems' wildcards.
+    """
+
+    writer: str
+    files: Mapping[str, tuple[str, str]]
+    subcategory: str
+    inputs: Callable[[Sequence[Any]], Mapping[str, Any]] = _no_inputs
+    params: Callable[[Sequence[Any], Mapping[str, Any]], Mapping[str, Any]] = _no_params
+    wanted: Callable[[Sequence[Any]], list[dict[str, str]]] = once_if_jobs
+    constraints: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.files) - set(EXTS_OF_KEYWORD)
+        if unknown:
+            raise ValueError(f"output keywords {sorted(unknown)} not in {sorted(EXTS_OF_KEYWORD)}")
+
+    @property
+    def wildcards(self) -> tuple[str, ...]:
+        """The wildcards of the first output's stem, in order."""
+        stem = next(iter(self.files.values()))[0]
+        return tuple(re.findall(r"\{(\w+)\}", stem))
+
+    def targets(self, jobs: Sequence[Any]) -> list[str]:
+        """The first file of the first output for every wanted wildcard set."""
+        keyword, (stem, _) = next(iter(self.files.items()))
+        ext = EXTS_OF_KEYWORD[keyword][0]
+        return [stem.format(**values) + ext for values in self.wanted(jobs)]
+
+    def log(self, rule: str) -> str:
+        """logs/<rule>.log, or logs/<rule>/<wildcards joined by _>.log."""
+        if not self.wildcards:
+            return f"logs/{rule}.log"
+        return f"logs/{rule}/" + "_".join(f"{{{w}}}" for w in self.wildcards) + ".log"
+
+
+def report_targets(reports: Mapping[str, ReportOutput] | Any, jobs: Sequence[Any]) -> list[str]:
+    """Every target of every entry of a study's report registry, in registration order."""
+    return [path for _, entry in reports.items() for path in entry.targets(jobs)]
