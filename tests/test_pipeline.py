@@ -1,4 +1,4 @@
-"""The whole pipeline as one product (issue 7): a second full smoke run is byte-identical,
+"""The whole pipeline as one product: a second full smoke run is byte-identical,
 editing one ε reruns only its cells and what reads them, SLURM dry-runs show every GPU job's
 resources, and the HTML report holds every table and figure."""
 

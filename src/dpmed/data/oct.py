@@ -1,6 +1,6 @@
 """Duke and UMN DME OCT: validating loaders, preprocessing and the overview panel.
 
-Raw formats (REFERENCE.md §1; read from any folder, synthetic or the real download; MATLAB v5
+Raw formats (read from any folder, synthetic or the real download; MATLAB v5
 and v7.3 files both work, see `dpmed.data.matfile`):
 
 - duke: `Subject_*.mat` (Subject_01 … Subject_10), each with `images` (H×W×B, values 0–255),

@@ -4,7 +4,7 @@ For a feature map A ∈ R^{B×K×h×w} and class scores y_c (logits), the channe
 a_k = mean_{h,w} ∂y_c/∂A_k and the map is ReLU(Σ_k a_k A_k) ∈ R^{B×h×w} (unnormalised; higher =
 more evidence for class c). Every sample uses its own class index (MONAI's GradCAM does not).
 
-Under Opacus (REFERENCE §3) the per-sample-gradient hooks must not see this backward pass: it
+Under Opacus the per-sample-gradient hooks must not see this backward pass: it
 would capture activations and write `grad_sample`. `grad_cam` therefore disables the wrapper's
 hooks, switches to eval mode, differentiates only w.r.t. the feature map (no parameter `.grad`
 is touched), then restores hooks and mode.

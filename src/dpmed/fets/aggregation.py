@@ -426,11 +426,12 @@ def unflatten_state(vector: np.ndarray, like: Mapping[str, np.ndarray]) -> dict[
 # Why paper-mode ε is not a guarantee: these strings are written into privacy.json as they are.
 PAPER_REASONS = (
     "Delta f is estimated from one simulated neighbour (T'_0 = 1*C), not an upper bound on the "
-    "sensitivity; the 1*C neighbour has norm C*sqrt(d), outside the C-ball (REFERENCE.md §4.1)",
+    "sensitivity; the 1*C neighbour has norm C*sqrt(d), outside the C-ball "
+    "(docs/privacy.md, finding 1)",
     "each tensor gets its own (eps0, delta0) mechanism: one round is K mechanisms, the paper "
-    "counts one (§4.2)",
+    "counts one (docs/privacy.md, finding 2)",
     "the classic Gaussian sigma = Delta sqrt(2 ln(1.25/delta))/eps is proven only for eps <= 1; "
-    "used here at every eps0 (§4.3)",
+    "used here at every eps0 (docs/privacy.md, finding 3)",
     "clipping acts on full model weights, not on updates, and the similarity weights are "
     "reused for the neighbour (Algorithm 1 line 20)",
 )

@@ -1,4 +1,4 @@
-"""Global-loss membership inference (REFERENCE.md §2; paper 002 §5.4, Fig. 9): attack metrics.
+"""Global-loss membership inference (paper 002 §5.4, Fig. 9): attack metrics.
 
 The attacker scores each image by s = −loss (higher = more likely a training member) and
 predicts "member" iff s ≥ τ. With members' scores M (n₁ of them) and non-members' scores N (n₀):

@@ -129,7 +129,7 @@ def _flat(norms: Tensor, rule: ClipRule) -> Tensor:
     reference="Yang et al., normalised SGD with perturbation, 2022",
     paper_noise=lambda sigma, rule: sigma * rule.r / rule.clip_norm,
     paper_flaw="the public NSGD implementation scales the noise by r instead of the sensitivity "
-    "C: noise multiplier σ·r/C (§4 item 7)",
+    "C: noise multiplier σ·r/C (docs/privacy.md, finding 7)",
 )
 def _nsgd(norms: Tensor, rule: ClipRule) -> Tensor:
     return rule.clip_norm / (norms + rule.r)
@@ -164,7 +164,7 @@ def _autos(norms: Tensor, rule: ClipRule) -> Tensor:
     reference="Xia et al., per-sample adaptive clipping, AAAI 2023",
     paper_noise=None,
     paper_flaw="not DP: data-dependent noise scale (the public PSAC implementation scales the "
-    "noise by the maximum per-sample threshold of the batch, §4 item 7)",
+    "noise by the maximum per-sample threshold of the batch; docs/privacy.md, finding 7)",
 )
 def _psac(norms: Tensor, rule: ClipRule) -> Tensor:
     return rule.clip_norm / (norms + rule.r / (norms + rule.r))

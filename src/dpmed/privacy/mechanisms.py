@@ -1,6 +1,6 @@
 """Calibration of the Gaussian mechanism: noise std σ for an L2 sensitivity Δ and (ε, δ).
 
-Three calibrations (REFERENCE.md §4 item 3):
+Three calibrations (docs/privacy.md, finding 3):
 
 - `classic_sigma`: σ = Δ·√(2 ln(1.25/δ))/ε (Dwork & Roth, Thm A.1). Proven only for ε ≤ 1;
   DP-SimAgg's paper mode uses it at every ε0 (Algorithm 2), so it is reproduced as written.

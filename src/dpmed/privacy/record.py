@@ -1,7 +1,7 @@
-"""`privacy.json`: what every training output says about its privacy (DESIGN principle 2).
+"""`privacy.json`: what every training output says about its privacy.
 
 `guarantee` is "dp" when the run satisfies the stated (ε, δ) formally, "paper-approximation"
-when it reproduces a paper's unsound recipe (the `reasons` say why, REFERENCE.md §4), and
+when it reproduces a paper's unsound recipe (the `reasons` say why, docs/privacy.md), and
 "none" for non-private runs (ε = null).
 """
 

@@ -103,15 +103,16 @@ def seg_privacy_record(
 INFNET_STEPS_PER_BATCH = 3
 NOT_DP = "not DP"
 # Why the paper's recipe is only an approximation (the clip rules add their own `paper_flaw`).
-# The texts are the seg privacy table's, section references included.
 PAPER_REASONS = {
     "loader": "the paper's code trains on a shuffled fixed-size loader while the accountant "
-    "assumes Poisson subsampling (REFERENCE.md §4 item 6)",
+    "assumes Poisson subsampling (docs/privacy.md, finding 6)",
     "dice": "its Dice loss is summed over the batch, coupling the images: one image changes "
-    "every per-sample gradient, so the per-sample sensitivity C does not hold (§4 item 6)",
+    "every per-sample gradient, so the per-sample sensitivity C does not hold "
+    "(docs/privacy.md, finding 6)",
     "adaptive": "adaptive DP-Morph thresholds over the batch couple the images (paper 002 §3.2)",
     "infnet": f"Inf-Net took {INFNET_STEPS_PER_BATCH} DP steps per batch but counted one: ε "
-    f"recomputed with {INFNET_STEPS_PER_BATCH}× the steps, a lower bound (§4 item 6)",
+    f"recomputed with {INFNET_STEPS_PER_BATCH}× the steps, a lower bound "
+    "(docs/privacy.md, finding 6)",
 }
 
 

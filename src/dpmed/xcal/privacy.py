@@ -19,7 +19,7 @@ from dpmed.xcal.methods import Method
 
 POISSON_REASON = (
     "Poisson sampling at rate q = 1/ceil(n/B) per step replaces the paper's fixed-size batches, "
-    "so the RDP accountant's sampling assumption holds (REFERENCE §4 item 5)"
+    "so the RDP accountant's sampling assumption holds (docs/privacy.md, finding 5)"
 )
 ADJACENCY = "sample-level (add/remove one image of one client's data)"
 

@@ -29,7 +29,7 @@ from dpmed.data.nifti import write_nifti
 from dpmed.errors import ConfigError
 from dpmed.io import atomic_dir, write_text
 
-# Real partitioning_2.csv sizes of partitions 1..33 (1251 subjects; REFERENCE.md §1).
+# Real partitioning_2.csv sizes of partitions 1..33 (1251 subjects).
 REAL_PARTITION_SIZES: tuple[int, ...] = (
     170, 170, 171, 6, 15, 16, 15, 16, 22, 34, 12, 8, 4, 8, 14, 11, 12,
     11, 12, 6, 13, 30, 9, 127, 127, 128, 4, 33, 12, 11, 12, 7, 5,
