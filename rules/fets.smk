@@ -20,7 +20,7 @@ rule fets_train:
     wildcard_constraints:
         **FETS.patterns,
     params:
-        processed="data/processed/fets",
+        processed=lambda wc: "data/processed/fets",
         hp=lambda wc: GRID.params("fets", wc),
         seed=lambda wc: job_seed("fets", wc),
         device=config["device"],

@@ -3,11 +3,14 @@ workflow test (the suite pays for the smoke grid once)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,6 +60,28 @@ XCAL_PARAMS = {
     "road_percentages": [0.3, 0.7],
     "width_scale": 0.125,
 }
+
+
+@contextlib.contextmanager
+def loaded_workflow(configfile: Path, workdir: Path) -> Iterator[Any]:
+    """The Snakemake `Workflow` the Snakefile builds with `configfile` (rules parsed, no DAG),
+    through Snakemake's API in this process, so in-process registry changes are seen."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import (
+        ConfigSettings,
+        OutputSettings,
+        ResourceSettings,
+        StorageSettings,
+    )
+
+    with SnakemakeApi(OutputSettings(quiet=None)) as api:
+        yield api.workflow(
+            resource_settings=ResourceSettings(),
+            config_settings=ConfigSettings(configfiles=[configfile]),
+            storage_settings=StorageSettings(),
+            snakefile=REPO / "Snakefile",
+            workdir=workdir,
+        )._workflow
 
 
 def run_snakemake(*args: str, cwd: Path = REPO, check: bool = True) -> subprocess.CompletedProcess:

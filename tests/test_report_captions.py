@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from conftest import loaded_workflow
 from docutils.core import publish_parts
 from jinja2 import Environment, StrictUndefined
 
@@ -44,23 +45,9 @@ pytestmark = pytest.mark.filterwarnings('ignore:Argument "writer_name":PendingDe
 def reported_captions(configfile: Path, workdir: Path) -> set[str]:
     """Caption names of every output the workflow flags for the report, read from the rules
     Snakemake itself builds from the Snakefile with `configfile` (so generated rules count)."""
-    from snakemake.api import SnakemakeApi
     from snakemake.io import is_flagged
-    from snakemake.settings.types import (
-        ConfigSettings,
-        OutputSettings,
-        ResourceSettings,
-        StorageSettings,
-    )
 
-    with SnakemakeApi(OutputSettings(quiet=None)) as api:
-        workflow = api.workflow(
-            resource_settings=ResourceSettings(),
-            config_settings=ConfigSettings(configfiles=[configfile]),
-            storage_settings=StorageSettings(),
-            snakefile=REPO / "Snakefile",
-            workdir=workdir,
-        )._workflow
+    with loaded_workflow(configfile, workdir) as workflow:
         return {
             Path(f.flags["report"].caption.get_filename()).stem
             for rule in workflow.rules

@@ -43,8 +43,8 @@ def _first_run_params(jobs: Sequence[Any], config: Mapping[str, Any]) -> dict[st
     from dpmed.config.grid import job_seed  # the grid imports the study specs
 
     return {
-        "selection_csv": f"{jobs[0].path}/selection.csv" if jobs else "",
-        "splits_csv": SPLITS,
+        "selection_csv": lambda wc: f"{jobs[0].path}/selection.csv",
+        "splits_csv": lambda wc: SPLITS,
         "params": lambda wc: jobs[0].params,
         "seed": lambda wc: job_seed("fets", jobs[0].wc),
     }
@@ -56,36 +56,23 @@ _WRITERS = "dpmed.fets.report"
 # Rule name → table/figure (`dpmed.report.outputs`), in `rule all` order: a new table or figure
 # is its writer in dpmed.fets.report, its entry here and its caption in workflow/report/.
 REPORTS: Registry[ReportOutput] = Registry("fets report")
-REPORTS.add(
-    "fets_table2",
-    ReportOutput(
-        f"{_WRITERS}:table2",
-        {"csv_path": ("results/tables/fets_table2", "fets_table2")},
-        "Table II",
-        inputs=_runs,
-        params=_run_dirs,
-    ),
-)
-REPORTS.add(
-    "fets_resources_table",
-    ReportOutput(
-        f"{_WRITERS}:resources_table",
-        {"csv_path": ("results/measured/fets_resources", "fets_resources")},
-        "Table II",
-        inputs=_runs,
-        params=_run_dirs,
-    ),
-)
-REPORTS.add(
-    "fets_privacy_table",
-    ReportOutput(
-        f"{_WRITERS}:privacy_table",
-        {"csv_path": ("results/tables/fets_privacy", "fets_privacy")},
-        "sound vs paper",
-        inputs=_runs,
-        params=_run_dirs,
-    ),
-)
+for _name, _writer, _stem, _caption, _subcategory in (
+    ("fets_table2", "table2", "results/tables/fets_table2", "fets_table2", "Table II"),
+    ("fets_resources_table", "resources_table", "results/measured/fets_resources",
+     "fets_resources", "Table II"),
+    ("fets_privacy_table", "privacy_table", "results/tables/fets_privacy", "fets_privacy",
+     "sound vs paper"),
+):  # fmt: skip
+    REPORTS.add(
+        _name,
+        ReportOutput(
+            f"{_WRITERS}:{_writer}",
+            {"csv_path": (_stem, _caption)},
+            _subcategory,
+            inputs=_runs,
+            params=_run_dirs,
+        ),
+    )
 REPORTS.add(
     "fets_figure1",
     ReportOutput(
@@ -93,7 +80,7 @@ REPORTS.add(
         {"png_path": ("results/figures/fets_fig1_patients_per_institution", "fets_fig1")},
         "Fig. 1",
         inputs=lambda jobs: {"_splits": [SPLITS]},
-        params=lambda jobs, config: {"processed_dir": "data/processed/fets"},
+        params=lambda jobs, config: {"processed_dir": lambda wc: "data/processed/fets"},
     ),
 )
 REPORTS.add(

@@ -166,6 +166,15 @@ def _dataset_param(jobs: Sequence[Any], config: Mapping[str, Any]) -> dict[str, 
     return {"dataset": lambda wc: wc.dataset}
 
 
+def _data_and_models(jobs: Sequence[Any]) -> dict[str, Any]:
+    """The figures that run trained models on data: every model.pt, the processed data."""
+    return {"_data": processed_data(jobs), "model_paths": run_files(jobs, "model.pt")}
+
+
+def _processed(jobs: Sequence[Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    return {"processed": processed_dirs(jobs)}
+
+
 _DATASET = {"dataset": "|".join(SEG_DATASETS)}
 _WRITERS = "dpmed.seg.report"
 
@@ -225,11 +234,8 @@ REPORTS.add(
         f"{_WRITERS}.visual:visual_figure",
         {"png_path": ("results/figures/seg_fig6_visual", "seg_fig6")},
         "Fig. 6",
-        inputs=lambda jobs: {
-            "_data": processed_data(jobs),
-            "model_paths": run_files(jobs, "model.pt"),
-        },
-        params=lambda jobs, config: {"processed": processed_dirs(jobs)},
+        inputs=_data_and_models,
+        params=_processed,
         wanted=_when("paper"),
     ),
 )
@@ -252,11 +258,8 @@ REPORTS.add(
         f"{_WRITERS}.visual:morph_effect_figure",
         {"png_path": ("results/figures/seg_fig10_morph_effect", "seg_fig10")},
         "Fig. 10",
-        inputs=lambda jobs: {
-            "_data": processed_data(jobs),
-            "model_paths": run_files(jobs, "model.pt"),
-        },
-        params=lambda jobs, config: {"processed": processed_dirs(jobs)},
+        inputs=_data_and_models,
+        params=_processed,
         wanted=_when("paper"),
     ),
 )
