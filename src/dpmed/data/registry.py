@@ -25,12 +25,14 @@ class DatasetEntry:
         label: the name papers and figures use.
         synthetic_keys: the keys its `data.<name>.synthetic` config block must give.
         processed: the files (relative to `data/processed/<name>/`) preprocessing writes.
+        eval_classes: segmentation classes scored by Dice/HD95; None: every foreground class.
     """
 
     family: str
     label: str
     synthetic_keys: tuple[str, ...]
     processed: tuple[str, ...] = ARRAY_FILES
+    eval_classes: tuple[int, ...] | None = None
 
 
 DATASET_REGISTRY: Registry[DatasetEntry] = Registry("dataset")
@@ -38,8 +40,15 @@ DATASET_REGISTRY.add(
     "fets",
     DatasetEntry("fets", "FeTS 2022", ("shape", "subjects_scale"), ("splits.csv", "meta.json")),
 )
+# Duke: the seven retinal layers (paper 002 §4.3: background and fluid are not scored).
 DATASET_REGISTRY.add(
-    "duke", DatasetEntry("oct", "Duke", ("shape", "n_subjects", "n_bscans", "n_annotated"))
+    "duke",
+    DatasetEntry(
+        "oct",
+        "Duke",
+        ("shape", "n_subjects", "n_bscans", "n_annotated"),
+        eval_classes=tuple(range(1, 8)),
+    ),
 )
 DATASET_REGISTRY.add("umn", DatasetEntry("oct", "UMN", ("shape", "n_subjects", "n_bscans")))
 DATASET_REGISTRY.add("covidct", DatasetEntry("covid_ct", "COVID-19 lung CT", ("shape", "n_slices")))
@@ -53,6 +62,11 @@ DATASETS: tuple[str, ...] = DATASET_REGISTRY.names()
 def datasets_writing(files: tuple[str, ...] = ARRAY_FILES) -> tuple[str, ...]:
     """The datasets whose preprocessing writes exactly `files` (default: the array splits)."""
     return tuple(n for n, entry in DATASET_REGISTRY.items() if entry.processed == files)
+
+
+def eval_classes(dataset: str, n_classes: int) -> tuple[int, ...]:
+    """The classes a segmentation of `dataset` with `n_classes` labels is scored on."""
+    return DATASET_REGISTRY[dataset].eval_classes or tuple(range(1, n_classes))
 
 
 def dataset_label(dataset: str) -> str:

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
+from dpmed.data.registry import eval_classes as scored_classes
 from dpmed.errors import DataFormatError
-from dpmed.seg.morphology import RETINAL_CLASSES, RETINAL_DATASET
 
 SPLITS = ("train", "val", "test")
 
@@ -80,5 +80,4 @@ def load_seg_data(processed_dir: str | Path, dataset: str) -> SegData:
         )
     if len(splits["train"]) == 0:
         raise DataFormatError(folder / "train.npz", "no training images")
-    eval_classes = RETINAL_CLASSES if dataset == RETINAL_DATASET else tuple(range(1, n_classes))
-    return SegData(dataset, splits, n_classes, eval_classes)
+    return SegData(dataset, splits, n_classes, scored_classes(dataset, n_classes))

@@ -21,11 +21,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from dpmed.data.registry import DATASET_REGISTRY
 from dpmed.registry import Registry
 
 MORPH_KINDS = ("none", "fixed", "adaptive")  # in report order
 OPERATIONS = ("open", "close", "both")  # what a fixed variant or the adaptive policy applies
-RETINAL_CLASSES = tuple(range(1, 8))  # the classes the adaptive policy measures (Duke layers)
+# The classes the adaptive policy measures: the scored retinal layers of Duke.
+RETINAL_CLASSES: tuple[int, ...] = DATASET_REGISTRY["duke"].eval_classes
 ADAPTIVE_KERNEL = 3
 DEFAULT_QUANTILES = (20.0, 85.0)
 
