@@ -3,10 +3,6 @@
 import sys
 from pathlib import Path
 
-# The library lives in src/. Snakemake puts this process's sys.path into the preamble of every
-# `script:` job (local, conda or SLURM), so `dpmed` imports there whether or not it is installed.
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-
 from dpmed.config.checks import check_config
 from dpmed.config.wildcards import wildcard_patterns
 from dpmed.data.registry import ARRAY_FILES, datasets_writing, processed_files
@@ -15,6 +11,11 @@ from dpmed.studies import STUDIES
 
 
 GRID = check_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
+# Tables and figures the grid cannot feed are left out of the targets: say so and why (once,
+# not again in every job process that re-reads the workflow).
+if workflow.is_main_process:
+    for _note in GRID.notes():
+        print(f"dpmed note: {_note}", file=sys.stderr)
 DATASETS = GRID.datasets()
 CONDA_ENV = "../envs/dpmed.yaml"
 # Training rules ask for one GPU unless the config pins the CPU (smoke runs then use both cores).

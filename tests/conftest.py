@@ -135,3 +135,53 @@ def noise_free_dp_step(net, x, y, rule, mode: str):
     dp.backward(per_sample_loss(dp.module(x), y))
     dp.optimizer.step()
     return dp.optimizer
+
+
+class Killed(BaseException):
+    """Stands for kill -9 at a phase boundary of a training job (a BaseException, so no
+    `except Exception` in the runner can swallow it)."""
+
+
+def save_then_die(patch: pytest.MonkeyPatch, unit: str, at: int | None = None) -> None:
+    """`Checkpoint.save` kills the job right after saving the state whose `unit` (epoch or
+    round) is `at` (None: the first save)."""
+    from dpmed.checkpoint import Checkpoint
+
+    original = Checkpoint.save
+
+    def dies_after_saving(self, state):
+        original(self, state)
+        if at is None or state[unit] == at:
+            raise Killed(f"after {unit} {state[unit]}")
+
+    patch.setattr(Checkpoint, "save", dies_after_saving)
+
+
+def die_on_first_call(patch: pytest.MonkeyPatch, module: Any, name: str) -> None:
+    """`module.<name>` kills the job when first called."""
+
+    def dies(*args, **kwargs):
+        raise Killed(name)
+
+    patch.setattr(module, name, dies)
+
+
+def phase_kills(module: Any, unit: str, at: int, first_output_step: str) -> dict[str, Any]:
+    """The phase boundaries of a training job, each as a patcher: after the checkpoint of
+    `unit` `at`, after the last checkpoint but before any output (`module.<first_output_step>`
+    is called first), and between two output files (model.pt is written after others)."""
+    return {
+        f"after {unit} {at}": lambda patch: save_then_die(patch, unit, at),
+        "before the outputs": lambda patch: die_on_first_call(patch, module, first_output_step),
+        "between outputs": lambda patch: die_on_first_call(patch, module, "save_model"),
+    }
+
+
+def xcal_processed(root: Path, counts: list[int], seed: int = 0) -> Path:
+    """Synthetic bloodmnist at 28 px with `counts` (train, val, test) images, processed."""
+    from dpmed.data.stage import preprocess, synthesize
+
+    cfg = {"raw": "synthetic", "size": 28, "synthetic": {"counts": counts, "seed": seed}}
+    synthesize("bloodmnist", cfg, root / "raw")
+    preprocess("bloodmnist", cfg, root / "raw", root / "processed")
+    return root / "processed"

@@ -4,21 +4,23 @@ toy aggregator registered for one test."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import Killed, phase_kills, save_then_die
 
 from dpmed.data import fets
 from dpmed.data.synthetic import fets as synthetic_fets
+from dpmed.fets import run as fets_run
 from dpmed.fets.aggregation import AGGREGATORS, register_aggregator
 from dpmed.fets.brats import subject_scores
 from dpmed.fets.report import table2
 from dpmed.fets.run import run
 from dpmed.fets.spec import RUN_FILES, SPEC
-from dpmed.models import load_model
-from dpmed.runtime import Checkpoint, JobContext
+from dpmed.runtime import JobContext
 
 PARAMS = {
     "rounds": 3, "participation": 0.2, "selection": "sliding_window", "local_epochs": 1,
@@ -29,19 +31,18 @@ PARAMS = {
 WILDCARDS = {"aggregator": "dp_simagg", "dpmode": "paper", "eps": "10", "seed": "0"}
 
 
-@pytest.fixture(scope="module")
-def processed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("fets")
+def _processed(root: Path, synthetic_seed: int = 0) -> Path:
     cfg = {"raw": "synthetic", "partitioning": "partitioning_2.csv", "val_fraction": 0.2,
            "split_seed": 0, "synthetic": {"shape": [24, 24, 16], "subjects_scale": 0.03,
-                                          "seed": 0}}  # fmt: skip
-    synthetic_fets.generate(root / "raw", "fets", cfg, seed=0)
+                                          "seed": synthetic_seed}}  # fmt: skip
+    synthetic_fets.generate(root / "raw", "fets", cfg, seed=synthetic_seed)
     fets.preprocess(root / "raw", root / "processed", "fets", cfg)
     return root / "processed"
 
 
-class Killed(Exception):
-    pass
+@pytest.fixture(scope="module")
+def processed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _processed(tmp_path_factory.mktemp("fets"))
 
 
 def _job(processed: Path, out: Path, wildcards=WILDCARDS, params=PARAMS, seed=11) -> JobContext:
@@ -60,36 +61,50 @@ def test_subject_scores_by_hand():
     assert empty["dice_ET"] == 1.0  # both empty
 
 
-def test_killed_run_resumes_to_the_uninterrupted_result(processed, tmp_path, monkeypatch):
+def _assert_same_outputs(whole: Path, part: Path) -> None:
+    for name in ("rounds.csv", "selection.csv", "metrics.json", "privacy.json", "model.pt"):
+        assert (part / name).read_bytes() == (whole / name).read_bytes(), name
+    assert not (part / "checkpoint.pt").exists()
+
+
+KILLS = phase_kills(fets_run, "round", 2, "write_outputs")
+
+
+@pytest.mark.parametrize("phase", list(KILLS))
+def test_killed_run_resumes_to_the_uninterrupted_result(processed, tmp_path, phase):
     whole = tmp_path / "whole"
     run(_job(processed, whole))
-
-    real_save = Checkpoint.save
-
-    def save_then_die(self, state):  # noqa: E306
-        real_save(self, state)
-        if state["round"] == 2:
-            raise Killed
-
     part = tmp_path / "part"
-    monkeypatch.setattr(Checkpoint, "save", save_then_die)
-    with pytest.raises(Killed):
-        run(_job(processed, part))
-    assert not (part / "rounds.csv").exists() and (part / "checkpoint.pt").exists()
-    monkeypatch.setattr(Checkpoint, "save", real_save)
+    with pytest.MonkeyPatch.context() as patch:
+        KILLS[phase](patch)
+        with pytest.raises(Killed):
+            run(_job(processed, part))
+    assert not (part / "model.pt").exists() and (part / "checkpoint.pt").exists()
     run(_job(processed, part))
-
-    for name in ("rounds.csv", "selection.csv", "metrics.json", "privacy.json"):
-        assert (part / name).read_bytes() == (whole / name).read_bytes(), name
-    a, b = load_model(whole / "model.pt").state_dict(), load_model(part / "model.pt").state_dict()
-    assert a.keys() == b.keys()
-    assert all(a[k].numpy().tobytes() == b[k].numpy().tobytes() for k in a)
+    _assert_same_outputs(whole, part)
     assert json.loads((part / "resources.json").read_text())["attempts"] == 2
     # The checkpoint goes once the outputs exist: a rerun of a finished job starts afresh.
-    assert not (part / "checkpoint.pt").exists()
     run(_job(processed, part))
     assert json.loads((part / "resources.json").read_text())["attempts"] == 1
     assert (part / "rounds.csv").read_bytes() == (whole / "rounds.csv").read_bytes()
+
+
+def test_a_checkpoint_on_other_data_is_not_resumed(processed, tmp_path, capsys):
+    """Killed after round 2, the processed data regenerated with another synthetic seed,
+    rerun: it equals a fresh run on the new data instead of resuming onto it."""
+    new_data = _processed(tmp_path / "new", synthetic_seed=5)
+    data = tmp_path / "data"
+    shutil.copytree(processed, data)
+    with pytest.MonkeyPatch.context() as patch:
+        save_then_die(patch, "round", 2)
+        with pytest.raises(Killed):
+            run(_job(data, tmp_path / "part"))
+    shutil.rmtree(data)
+    shutil.copytree(new_data, data)
+    run(_job(data, tmp_path / "part"))
+    assert "not resumed because its input data changed" in capsys.readouterr().out
+    run(_job(new_data, tmp_path / "fresh"))
+    _assert_same_outputs(tmp_path / "fresh", tmp_path / "part")
 
 
 def test_outputs_and_privacy_of_a_sound_run(processed, tmp_path):

@@ -5,6 +5,7 @@ resources, and the HTML report holds every table and figure."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from pathlib import Path
 
@@ -136,3 +137,20 @@ def test_report_holds_every_table_and_figure(smoke_run):
         assert name in html, name
     for category in ("seg (paper 002)", "fets (paper 000)", "xcal (paper 001)", "privacy"):
         assert category in html
+
+
+def test_every_privacy_record_says_what_it_covers(smoke_run):
+    """Every run's privacy.json names what its guarantee covers and what beside it does not;
+    a `not_covered` entry that names a file of the run folder names one that exists."""
+    records = sorted((smoke_run / "results").glob("*/**/privacy.json"))
+    assert {path.relative_to(smoke_run / "results").parts[0] for path in records} == {
+        "seg", "fets", "xcal"
+    }  # fmt: skip
+    for path in records:
+        record = json.loads(path.read_text())
+        assert isinstance(record["not_covered"], list) and record["not_covered"], path
+        assert bool(record["covers"]) == (record["guarantee"] != "none"), path
+        for entry in record["not_covered"]:
+            named = entry.split(":")[0].split(",")[0].split(" ")[0]
+            if named.endswith((".csv", ".json", ".npz")) and "/" in named:
+                assert (path.parent / named).exists(), (path, named)

@@ -12,7 +12,7 @@ from opacus.accountants.analysis import rdp as opacus_rdp
 
 from dpmed.privacy.accounting import epsilon, noise_multiplier
 from dpmed.privacy.record import PrivacyRecord
-from dpmed.runtime import Progress, load_checkpoint, save_checkpoint, select_device
+from dpmed.runtime import Progress, select_device
 
 
 def test_epsilon_of_a_heterogeneous_history_adds_rdp_per_order():
@@ -48,21 +48,16 @@ def test_privacy_record_rules(tmp_path):
         delta=1e-5,
         guarantee="dp",
         noise_multipliers=[1.2],
+        covers="the released model weights",
     )
     record.write(tmp_path / "privacy.json")
     assert json.loads((tmp_path / "privacy.json").read_text())["epsilon"] == 3.0
     with pytest.raises(ValueError, match="reasons"):
         PrivacyRecord("m", "a", "s", "basic", 20.0, 1e-5, "paper-approximation")
+    with pytest.raises(ValueError, match="covers"):
+        PrivacyRecord("m", "a", "s", "rdp", 3.0, 1e-5, "dp")
     with pytest.raises(ValueError, match="non-private"):
         PrivacyRecord("m", "a", "s", "rdp", math.inf, None, "none")
-
-
-def test_checkpoint_round_trip(tmp_path):
-    assert load_checkpoint(tmp_path / "ckpt.pt") is None
-    save_checkpoint(tmp_path / "ckpt.pt", {"epoch": 3, "w": torch.arange(4.0)})
-    state = load_checkpoint(tmp_path / "ckpt.pt")
-    assert state["epoch"] == 3 and torch.equal(state["w"], torch.arange(4.0))
-    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
 
 
 def test_progress_line():

@@ -207,15 +207,17 @@ def test_adaptive_figure_is_byte_identical_and_needs_adaptive_runs(adaptive_runs
 
 
 def _layer_run(root, model, clip, morph, eps, seed, epochs=2, shift=0.0):
-    """history.csv and morph_log.csv of a run; layer c has val Dice 0.1·c + shift and thickness
-    c + epoch; operation: thin layers close, middle both, thick open (v1-style labels)."""
+    """diagnostics/history.csv and diagnostics/morph_log.csv of a run; layer c has val Dice
+    0.1·c + shift and thickness c + epoch; operation: thin layers close, middle both, thick
+    open (v1-style labels)."""
     run = _run_dir(root, "duke", model, clip, morph, eps, seed)
+    (run / "diagnostics").mkdir()
     history = [
         {"epoch": e, "loss": 1.0 / e, "val_dice": 0.5, "epsilon": 1.0, "seconds": 0.1}
         | {f"val_dice_c{c}": 0.1 * c + shift - 0.05 * (epochs - e) for c in range(1, 9)}
         for e in range(1, epochs + 1)
     ]
-    pd.DataFrame(history).to_csv(run / "history.csv", index=False)
+    pd.DataFrame(history).to_csv(run / "diagnostics/history.csv", index=False)
     rows = []
     for e in range(1, epochs + 1):
         for c in range(1, 8):
@@ -226,7 +228,7 @@ def _layer_run(root, model, clip, morph, eps, seed, epochs=2, shift=0.0):
                 | shares
                 | {"operation": op}
             )
-    pd.DataFrame(rows, columns=MORPH_COLUMNS).to_csv(run / "morph_log.csv", index=False)
+    pd.DataFrame(rows, columns=MORPH_COLUMNS).to_csv(run / "diagnostics/morph_log.csv", index=False)
     return run
 
 

@@ -111,7 +111,7 @@ def test_train_writes_one_row_per_non_empty_step(duke, tmp_path):  # noqa: F811
     # expected batch size 1: some Poisson batches are empty (noise-only steps, no row)
     params = PARAMS | {"epochs": 2, "depth": 2, "width": 4, "batch_size": 1}
     metrics = train(duke, tmp_path, wildcards(clip="nsgd", eps="20"), params, 3)
-    steps = pd.read_csv(tmp_path / "alignment.csv")
+    steps = pd.read_csv(tmp_path / "diagnostics/alignment.csv")
     assert list(steps.columns) == ALIGNMENT_COLUMNS
     per_epoch = metrics["n_train"]
     empty = json.loads((tmp_path / "privacy.json").read_text())["extra"]["empty_batches"]
@@ -126,12 +126,14 @@ def test_train_writes_one_row_per_non_empty_step(duke, tmp_path):  # noqa: F811
 def test_non_private_run_writes_the_header_only(duke, tmp_path):  # noqa: F811
     params = PARAMS | {"epochs": 1, "depth": 2, "width": 4}
     train(duke, tmp_path, wildcards(), params, 0)
-    text = (tmp_path / "alignment.csv").read_text()
+    text = (tmp_path / "diagnostics/alignment.csv").read_text()
     assert text == ",".join(ALIGNMENT_COLUMNS) + "\n"
 
 
 def _write_run(root, clip: str, cosines: list[float], model: str = "unetpp", dataset="duke"):
-    run = root / "results/seg" / dataset / model / clip / "none" / "eps200" / "seed0"
+    run = (
+        root / "results/seg" / dataset / model / clip / "none" / "eps200" / "seed0" / "diagnostics"
+    )
     run.mkdir(parents=True)
     n = len(cosines)
     frame = pd.DataFrame(
@@ -168,7 +170,9 @@ def test_figure_from_hand_made_runs(tmp_path, capsys):
 def test_figure_rejects_nothing_usable(tmp_path):
     with pytest.raises(ValueError, match="no alignment"):
         alignment_figure([], tmp_path / "fig7.png")
-    header_only = tmp_path / "results/seg/duke/unet/none/none/epsinf/seed0/alignment.csv"
+    header_only = (
+        tmp_path / "results/seg/duke/unet/none/none/epsinf/seed0/diagnostics/alignment.csv"
+    )
     header_only.parent.mkdir(parents=True)
     header_only.write_text(",".join(ALIGNMENT_COLUMNS) + "\n")
     with pytest.raises(ValueError, match="no alignment"):

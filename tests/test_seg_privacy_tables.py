@@ -104,6 +104,7 @@ def seg_record(clip: str, sigma: float, q: float, steps: int, clip_norm: float =
         noise_multipliers=[sigma],
         target_epsilon=8.0,
         epsilon_by_accountant=eps,
+        covers="the model weights",
         extra={"clip_rule": clip, "autos_gamma": 0.01, "r": 0.1},
     )
 
@@ -186,7 +187,7 @@ def test_summary_lists_exactly_the_dp_runs_of_all_studies(tmp_path):
         return PrivacyRecord(
             mechanism="m", adjacency="adj", sampling="poisson", accountant=next(iter(by)),
             epsilon=eps, delta=1e-5, guarantee=guarantee, noise_multipliers=[1.0, 1.25],
-            epsilon_by_accountant=by, reasons=list(reasons),
+            epsilon_by_accountant=by, reasons=list(reasons), covers=f"the models of {eps}",
         )  # fmt: skip
 
     runs = {
@@ -210,6 +211,7 @@ def test_summary_lists_exactly_the_dp_runs_of_all_studies(tmp_path):
     for row in summary.itertuples(index=False):
         rec = dp[row.run]
         assert row.epsilon == rec.epsilon and row.guarantee == rec.guarantee
+        assert row.covers == rec.covers
         for name, eps in rec.epsilon_by_accountant.items():
             assert getattr(row, f"eps_{name}") == eps
     assert summary.loc[0, "reasons"] == "a; b"

@@ -132,10 +132,11 @@ def test_reports_follow_the_cells_of_the_grid(jobs):
         "results/figures/seg_fig1_examples.png",
         "results/figures/seg_fig6_visual.png",
         "results/figures/seg_fig9_attack.png",
-        "results/figures/seg_fig10_morph_effect.png",
         "results/tables/seg_table1_clip_rules.csv",
     ]
-    assert reports == per_dataset + paper  # no private, sweep, quantile or adaptive cells
+    assert (
+        reports == per_dataset + paper
+    )  # no private, sweep, quantile, adaptive or fixed-morph cells
     duke_private = [j for j in jobs if j.wc["dataset"] == "duke" and j.wc["clip"] != "none"]
     reports = targets(duke_private)
     assert "results/tables/seg_main_umn.csv" not in reports

@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import REPO, SEG_PARAMS
+from conftest import REPO, SEG_PARAMS, Killed, phase_kills, save_then_die
 
-import dpmed.runtime
+from dpmed.checkpoint import CHECKPOINT
 from dpmed.data.stage import preprocess, synthesize
 from dpmed.errors import ConfigError
-from dpmed.runtime import CHECKPOINT, JobContext
+from dpmed.runtime import JobContext
+from dpmed.seg import run as seg_run
 from dpmed.seg.data import load_seg_data
 from dpmed.seg.run import run
 
@@ -56,14 +58,14 @@ def test_non_private_unet_learns_beyond_all_background(duke, tmp_path):
     params = PARAMS | {"epochs": 25, "lr": 0.01, "batch_size": 4}
     metrics = train(duke, tmp_path, wildcards(), params, 0)
     assert metrics["dice"] > 0.5  # measured ≈ 0.7 (all-background: 0)
-    history = pd.read_csv(tmp_path / "history.csv")
+    history = pd.read_csv(tmp_path / "diagnostics/history.csv")
     assert list(history["epoch"]) == list(range(1, 26))
     assert history["loss"].iloc[-1] < history["loss"].iloc[0]
     assert set(history.columns) >= {"loss", "val_dice", "epsilon", "seconds"}
     privacy = json.loads((tmp_path / "privacy.json").read_text())
     assert privacy["guarantee"] == "none" and privacy["epsilon"] is None
     assert not (tmp_path / CHECKPOINT).exists()
-    state = torch.load(tmp_path / "model.pt", weights_only=False)
+    state = torch.load(tmp_path / "model.pt", weights_only=True)
     assert state["model"] == "unet" and state["arguments"]["n_classes"] == 9
 
 
@@ -77,7 +79,7 @@ def test_private_run_records_both_accountants_within_target(duke, tmp_path):
     n_train = metrics["n_train"]
     assert privacy["sample_rate"] == pytest.approx(8 / n_train)
     assert privacy["steps"] == PARAMS["epochs"] * int(n_train / 8)
-    history = pd.read_csv(tmp_path / "history.csv")
+    history = pd.read_csv(tmp_path / "diagnostics/history.csv")
     assert history["epsilon"].is_monotonic_increasing
     assert history["epsilon"].iloc[-1] == pytest.approx(privacy["epsilon"])
 
@@ -91,7 +93,7 @@ def test_adaptive_batch_scope_is_labelled_and_logged(duke, tmp_path):
     )
     privacy = json.loads((tmp_path / "privacy.json").read_text())
     assert privacy["guarantee"] == "paper-approximation" and privacy["reasons"]
-    log = pd.read_csv(tmp_path / "morph_log.csv")
+    log = pd.read_csv(tmp_path / "diagnostics/morph_log.csv")
     assert sorted(set(log["epoch"])) == [1, 2] and sorted(set(log["class"])) == list(range(1, 8))
     shares = log[["share_open", "share_close", "share_both"]].sum(axis=1)
     assert shares.to_numpy() == pytest.approx(1.0)
@@ -103,53 +105,77 @@ def test_adaptive_per_image_scope_is_dp(duke, tmp_path):
     train(duke, tmp_path, wc, PARAMS | {"epochs": 1}, 0)
     privacy = json.loads((tmp_path / "privacy.json").read_text())
     assert privacy["guarantee"] == "dp" and privacy["reasons"] == []
-    assert len(pd.read_csv(tmp_path / "morph_log.csv")) > 0
+    assert len(pd.read_csv(tmp_path / "diagnostics/morph_log.csv")) > 0
 
 
-def test_killed_run_resumes_to_the_same_result(duke, tmp_path, monkeypatch):
-    wc = wildcards(clip="flat", eps="30")
+def _assert_same_outputs(ref: Path, run_dir: Path) -> None:
+    """Every output of the resumed run equals the uninterrupted one (seconds aside)."""
+    a, b = (
+        json.loads((ref / "metrics.json").read_text()),
+        json.loads((run_dir / "metrics.json").read_text()),
+    )
+    a.pop("train_seconds"), b.pop("train_seconds")
+    assert a == b
+    for name in (
+        "privacy.json",
+        "model.pt",
+        "diagnostics/morph_log.csv",
+        "diagnostics/alignment.csv",
+    ):
+        assert (ref / name).read_bytes() == (run_dir / name).read_bytes(), name
+    history = [
+        pd.read_csv(d / "diagnostics/history.csv").drop(columns="seconds") for d in (ref, run_dir)
+    ]
+    pd.testing.assert_frame_equal(*history)
+    assert not (run_dir / CHECKPOINT).exists()
+
+
+KILLS = phase_kills(seg_run, "epoch", 2, "final_metrics")
+
+
+@pytest.mark.parametrize("phase", list(KILLS))
+def test_a_run_killed_at_a_phase_boundary_resumes_to_the_same_result(duke, tmp_path, phase):
+    wc = wildcards(clip="flat", eps="30", morph="adaptive-v1")
     params = PARAMS | {"epochs": 3}
-    reference = train(duke, tmp_path / "ref", wc, params, 5)
-
-    original = dpmed.runtime.save_checkpoint
-
-    def save_then_die(path, state):
-        original(path, state)
-        if state["epoch"] == 2:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(dpmed.runtime, "save_checkpoint", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        train(duke, tmp_path / "run", wc, params, 5)
+    train(duke, tmp_path / "ref", wc, params, 5)
+    with pytest.MonkeyPatch.context() as patch:
+        KILLS[phase](patch)
+        with pytest.raises(Killed):
+            train(duke, tmp_path / "run", wc, params, 5)
     assert (tmp_path / "run" / CHECKPOINT).exists()
-    monkeypatch.setattr(dpmed.runtime, "save_checkpoint", original)
-    resumed = train(duke, tmp_path / "run", wc, params, 5)
-    for key in ("dice", "hd95", "mae", "val_dice"):
-        assert resumed[key] == pytest.approx(reference[key], rel=1e-6)
-    a = pd.read_csv(tmp_path / "ref" / "history.csv")
-    b = pd.read_csv(tmp_path / "run" / "history.csv")
-    pd.testing.assert_series_equal(a["loss"], b["loss"], rtol=1e-6)
-    pd.testing.assert_series_equal(a["epsilon"], b["epsilon"])
-    steps_a = pd.read_csv(tmp_path / "ref" / "alignment.csv")
-    steps_b = pd.read_csv(tmp_path / "run" / "alignment.csv")
-    assert sorted(set(steps_a["epoch"])) == [1, 2, 3]
-    pd.testing.assert_frame_equal(steps_a, steps_b, rtol=1e-6)
-    assert not (tmp_path / "run" / CHECKPOINT).exists()
+    train(duke, tmp_path / "run", wc, params, 5)
+    _assert_same_outputs(tmp_path / "ref", tmp_path / "run")
 
 
 def test_checkpoint_of_another_configuration_is_not_resumed(duke, tmp_path, monkeypatch):
-    original = dpmed.runtime.save_checkpoint
-
-    def save_then_die(path, state):
-        original(path, state)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(dpmed.runtime, "save_checkpoint", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        train(duke, tmp_path, wildcards(), PARAMS, 0)
-    monkeypatch.setattr(dpmed.runtime, "save_checkpoint", original)
+    with monkeypatch.context() as patch:
+        save_then_die(patch, "epoch")
+        with pytest.raises(Killed):
+            train(duke, tmp_path, wildcards(), PARAMS, 0)
     train(duke, tmp_path, wildcards(), PARAMS | {"lr": 0.002}, 0)
-    assert len(pd.read_csv(tmp_path / "history.csv")) == 2
+    assert len(pd.read_csv(tmp_path / "diagnostics/history.csv")) == 2
+
+
+def test_a_checkpoint_on_other_data_is_not_resumed(duke, tmp_path, capsys):
+    """Killed after epoch 1, the processed data replaced (another synthetic seed), rerun: the
+    rerun equals a fresh run on the new data (resuming would keep epoch 1 of the old data)."""
+    cfg = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())["data"]["duke"]
+    cfg["synthetic"] = cfg["synthetic"] | {"seed": 7}
+    synthesize("duke", cfg, tmp_path / "raw_b")
+    preprocess("duke", cfg, tmp_path / "raw_b", tmp_path / "new_data")
+    data = tmp_path / "data"
+    shutil.copytree(duke, data)
+    wc, params = wildcards(clip="flat", eps="30"), PARAMS | {"epochs": 2}
+    with pytest.MonkeyPatch.context() as patch:
+        save_then_die(patch, "epoch", 1)
+        with pytest.raises(Killed):
+            train(data, tmp_path / "run", wc, params, 5)
+    shutil.rmtree(data)
+    shutil.copytree(tmp_path / "new_data", data)
+    train(data, tmp_path / "run", wc, params, 5)
+    assert "not resumed because its input data changed" in capsys.readouterr().out
+    train(tmp_path / "new_data", tmp_path / "fresh", wc, params, 5)
+    _assert_same_outputs(tmp_path / "fresh", tmp_path / "run")
 
 
 def test_sweep_suffix_of_the_clip_wildcard_names_the_rule(duke, tmp_path):

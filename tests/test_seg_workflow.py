@@ -47,7 +47,7 @@ def test_every_run_has_its_outputs_and_privacy(smoke):
             assert (folder / name).exists(), folder / name
         assert not (folder / "checkpoint.pt").exists()
         privacy = json.loads((folder / "privacy.json").read_text())
-        history = pd.read_csv(folder / "history.csv")
+        history = pd.read_csv(folder / "diagnostics/history.csv")
         assert len(history) == job.params["epochs"]
         eps = parse_eps(job.wc["eps"])
         if not CLIP_RULES[clip_rule(job.wc["clip"])].bounded:
@@ -70,7 +70,7 @@ def test_training_reduces_the_loss_of_non_private_runs(smoke):
     workdir, jobs = smoke
     for job in jobs:
         if job.wc["clip"] == "none":
-            history = pd.read_csv(workdir / job.path / "history.csv")
+            history = pd.read_csv(workdir / job.path / "diagnostics/history.csv")
             assert history["loss"].iloc[-1] < history["loss"].iloc[0], job.path
 
 

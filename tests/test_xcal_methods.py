@@ -14,10 +14,9 @@ from typing import ClassVar
 
 import pytest
 import yaml
-from conftest import XCAL_PARAMS
+from conftest import XCAL_PARAMS, xcal_processed
 
 from dpmed.config.study import StudySpec
-from dpmed.data.stage import preprocess, synthesize
 from dpmed.models import models_of_kind
 from dpmed.privacy.accounting import noise_multiplier
 from dpmed.runtime import JobContext
@@ -40,11 +39,7 @@ PARAMS = {**XCAL_PARAMS, "rounds": 1, "road_subsample": 4, "road_percentages": [
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("xcal_tiny")
-    cfg = {"raw": "synthetic", "size": 28, "synthetic": {"counts": [60, 10, 12], "seed": 0}}
-    synthesize("bloodmnist", cfg, root / "raw")
-    preprocess("bloodmnist", cfg, root / "raw", root / "processed")
-    return root / "processed"
+    return xcal_processed(tmp_path_factory.mktemp("xcal_tiny"), [60, 10, 12])
 
 
 def _job(processed: Path, out: Path, method: str, eps: str, shift: str = "iid") -> JobContext:

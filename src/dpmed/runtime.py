@@ -1,29 +1,27 @@
-"""What every training job needs: its context, device choice, determinism, a fingerprinted
-checkpoint to resume from, and progress lines.
+"""What every training job needs: its context, device choice, determinism, its checkpoint
+and progress lines.
 
 The three training runners (`dpmed.seg.run`, `dpmed.fets.run`, `dpmed.xcal.run`) share one
 shape: `run(job: JobContext)` reads the job, builds data and model, resumes from
-`job.checkpoint()` when its fingerprint matches, loops over epochs/rounds (one `Progress` line
-and one `Checkpoint.save` each), evaluates and writes its outputs atomically, then removes the
-checkpoint.
+`job.checkpoint(study)` when its identity matches (`dpmed.checkpoint`), loops over
+epochs/rounds (one `Progress` line and one `Checkpoint.save` each), evaluates and writes its
+outputs atomically, then removes the checkpoint.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 import torch
 
-from dpmed.io import atomic_path
+from dpmed.checkpoint import CHECKPOINT, Checkpoint, job_identity
 
 
 def select_device(name: str) -> torch.device:
@@ -44,9 +42,6 @@ def seed_everything(seed: int, threads: int | None = None) -> None:
     torch.use_deterministic_algorithms(True, warn_only=torch.cuda.is_available())
     if threads is not None:
         torch.set_num_threads(max(1, threads))
-
-
-CHECKPOINT = "checkpoint.pt"
 
 
 @dataclass(frozen=True)
@@ -70,15 +65,12 @@ class JobContext:
     seed: int
     device: str = "auto"
     threads: int | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
-    def fingerprint(self) -> str:
-        """Stable hash of what defines the job: a checkpoint of another job is never resumed."""
-        return fingerprint(wildcards=self.wildcards, params=self.params, seed=self.seed)
-
-    def checkpoint(self) -> Checkpoint:
-        """The job's checkpoint file, tagged with its fingerprint."""
-        return Checkpoint(Path(self.out_dir) / CHECKPOINT, self.fingerprint())
+    def checkpoint(self, study: str) -> Checkpoint:
+        """The job's checkpoint file, tagged with its identity (params, data and `study`'s
+        code): a checkpoint of another job, data or code is never resumed."""
+        identity = job_identity(study, self.processed_dir, self.wildcards, self.params, self.seed)
+        return Checkpoint(Path(self.out_dir) / CHECKPOINT, identity)
 
     def start(self) -> torch.device:
         """Create the run folder, seed every RNG, pick the device."""
@@ -99,79 +91,6 @@ def job_from_snakemake(smk: Any) -> JobContext:
         device=smk.params.device,
         threads=smk.threads,
     )
-
-
-def fingerprint(**parts: Any) -> str:
-    """sha256 of the parts as key-sorted JSON."""
-    text = json.dumps({k: _plain(v) for k, v in parts.items()}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _plain(value: Any) -> Any:
-    return dict(value) if isinstance(value, Mapping) else value
-
-
-def rng_state() -> dict[str, Any]:
-    """The global RNG states (Python, NumPy, torch, CUDA) for a checkpoint."""
-    return {
-        "torch_rng": torch.get_rng_state(),
-        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-        "numpy_rng": np.random.get_state(),
-        "python_rng": random.getstate(),
-    }
-
-
-def set_rng_state(state: Mapping[str, Any]) -> None:
-    """Restore what `rng_state` saved."""
-    torch.set_rng_state(state["torch_rng"])
-    if state["cuda_rng"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda_rng"])
-    np.random.set_state(state["numpy_rng"])
-    random.setstate(state["python_rng"])
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """A job's resumable state: saved atomically after every epoch/round with the job's
-    fingerprint and the global RNG states, loaded only by the same job, removed at the end."""
-
-    path: Path
-    fingerprint: str
-
-    def load(self) -> dict[str, Any] | None:
-        """The saved state (on the CPU: `load_state_dict` copies weights to the model's device,
-        and RNG states must stay CPU tensors) with the RNGs restored, or None (fresh run) when
-        there is no checkpoint or it belongs to another configuration (said on stdout)."""
-        state = load_checkpoint(self.path)
-        if state is None:
-            return None
-        if state.get("fingerprint") != self.fingerprint:
-            print(f"{self.path}: from another configuration, starting afresh", flush=True)
-            return None
-        set_rng_state(state["rng"])
-        return state
-
-    def save(self, state: Mapping[str, Any]) -> None:
-        """Save `state` plus the fingerprint and the global RNG states."""
-        save_checkpoint(self.path, {**state, "fingerprint": self.fingerprint, "rng": rng_state()})
-
-    def remove(self) -> None:
-        """Delete the checkpoint once the outputs exist."""
-        self.path.unlink(missing_ok=True)
-
-
-def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
-    """torch.save `state` atomically: a job killed while saving keeps the previous checkpoint."""
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
-
-
-def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> dict | None:
-    """The checkpoint at `path`, or None when there is none yet (a fresh run)."""
-    path = Path(path)
-    if not path.exists():
-        return None
-    return torch.load(path, map_location=device, weights_only=False)
 
 
 class Progress:

@@ -1,17 +1,35 @@
 """Validate a config: JSON schema (Snakemake's `validate`, which also fills defaults), then the
-rules a schema cannot express. Every failure names the config key and what is wrong."""
+rules a schema cannot express. Every failure names the config key and what is wrong.
+
+The workflow runs this when it loads. To check config files without Snakemake (which, for a
+YAML syntax error in a --configfile, names neither the file nor the line unless run with
+--verbose), from the repository root:
+
+    python -m dpmed.config.checks [FILE ...]    # merged as --configfile; default config/config.yaml
+
+It prints the job counts and notes, or the error (file:line:column for a YAML syntax error)
+and exits 1. Relative `raw:` folders are read from the current directory.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, MutableMapping
+import sys
+from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from dpmed.config.grid import Grid
 from dpmed.data.registry import DATASET_REGISTRY
+from dpmed.data.splits import split_counts
 from dpmed.errors import ConfigError
 from dpmed.studies import STUDIES
+
+REPO = Path(__file__).resolve().parents[3]
+SPLITS = ("train", "val", "test")
+# The synthetic key counting what `split` divides, by data family (Duke and UMN are split by
+# subject, COVID CT by slice).
+SPLIT_UNITS = {"oct": "n_subjects", "covid_ct": "n_slices"}
 
 
 def check_config(config: MutableMapping[str, Any], schema: str | Path) -> Grid:
@@ -25,7 +43,7 @@ def check_config(config: MutableMapping[str, Any], schema: str | Path) -> Grid:
     for dataset in grid.datasets():
         _check_dataset(config["data"], dataset)
     for name, spec in STUDIES.items():
-        spec.check(config[name], grid.jobs(name))
+        spec.check(config, grid.jobs(name))
     return grid
 
 
@@ -49,14 +67,92 @@ def _check_dataset(data: Mapping[str, Any], dataset: str) -> None:
     if dataset not in data:
         raise ConfigError(key, "the dataset is used by a study grid but has no data entry")
     cfg = data[dataset]
+    entry = DATASET_REGISTRY[dataset]
     if cfg["raw"] == "synthetic":
-        missing = [k for k in DATASET_REGISTRY[dataset].synthetic_keys if k not in cfg["synthetic"]]
+        missing = [k for k in entry.synthetic_keys if k not in cfg["synthetic"]]
         if missing:
             raise ConfigError(f"{key}.synthetic", f"missing {', '.join(missing)}")
     elif not Path(cfg["raw"]).exists():
         raise ConfigError(f"{key}.raw", f"folder '{cfg['raw']}' does not exist")
-    if "split" in cfg and not math.isclose(sum(cfg["split"]), 1.0, abs_tol=1e-6):
-        raise ConfigError(f"{key}.split", f"fractions {cfg['split']} must sum to 1")
+    elif not Path(cfg["raw"]).is_dir():
+        raise ConfigError(
+            f"{key}.raw", f"'{cfg['raw']}' is a file; give the folder that holds the raw files"
+        )
+    if "split" in cfg:
+        _check_split(cfg, key, entry.family)
     synthetic = cfg.get("synthetic", {})
     if synthetic.get("n_annotated", 0) > synthetic.get("n_bscans", math.inf):
         raise ConfigError(f"{key}.synthetic.n_annotated", "exceeds n_bscans")
+
+
+def _check_split(cfg: Mapping[str, Any], key: str, family: str) -> None:
+    """Every split gets items: seg jobs train on train, score val after every epoch and test
+    at the end. For synthetic data the counts of `split_counts` are known here; a real
+    download is counted when preprocessing reads it (before any training)."""
+    split = cfg["split"]
+    if not math.isclose(sum(split), 1.0, abs_tol=1e-6):
+        raise ConfigError(f"{key}.split", f"fractions {split} must sum to 1")
+    empty = [name for name, fraction in zip(SPLITS, split, strict=True) if fraction == 0]
+    if empty:
+        raise ConfigError(
+            f"{key}.split",
+            f"fractions {split} leave the {' and '.join(empty)} split empty; seg jobs train on "
+            "train, score val after every epoch and test at the end",
+        )
+    unit = SPLIT_UNITS.get(family)
+    if cfg["raw"] == "synthetic" and unit:
+        n = int(cfg["synthetic"][unit])
+        try:
+            split_counts(n, split)
+        except ConfigError:
+            raise ConfigError(
+                f"{key}.split",
+                f"fractions {split} leave the train split empty for {key}.synthetic.{unit} = "
+                f"{n}: val and test get max(1, round(fraction·{n})) each, train the rest",
+            ) from None
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """A YAML (or JSON) config file as a mapping. A syntax error names the file, line and
+    column: Snakemake's own message names neither."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as stream:
+            config = yaml.safe_load(stream)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        context = ""
+        if err.context and err.context_mark:
+            context = f" ({err.context} at line {err.context_mark.line + 1})"
+        raise ValueError(f"{where}: YAML syntax error: {err.problem}{context}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: a config file must hold a mapping of keys at top level")
+    return config
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Check the config that `--configfile FILE ...` gives (files merged in order, default
+    config/config.yaml): print the job counts and notes, or the error and return 1."""
+    from snakemake.utils import update_config
+    from snakemake_interface_common.exceptions import WorkflowError
+
+    paths = list(sys.argv[1:] if argv is None else argv) or [str(REPO / "config" / "config.yaml")]
+    config: dict[str, Any] = {}
+    try:
+        for path in paths:
+            update_config(config, load_config_file(path))
+        grid = check_config(config, REPO / "config" / "schema.yaml")
+    except (ValueError, WorkflowError) as err:  # ConfigError is a ValueError
+        print(err, file=sys.stderr)
+        return 1
+    counts = ", ".join(f"{name} {len(grid.jobs(name))} jobs" for name in STUDIES)
+    print(f"{' + '.join(paths)}: ok ({counts})")
+    for note in grid.notes():
+        print(f"note: {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -126,6 +126,10 @@ class Grid:
         spelled = STUDIES[study].wildcard_params(wildcards)
         return _merged(self._config[study]["defaults"], spelled)
 
+    def notes(self) -> list[str]:
+        """What the studies' targets leave out for this grid and why (`StudySpec.notes`)."""
+        return [note for name, spec in STUDIES.items() for note in spec.notes(self.jobs(name))]
+
     def datasets(self) -> list[str]:
         """Datasets read by any job, in registry order."""
         used = {job.wc["dataset"] for study in ("seg", "xcal") for job in self.jobs(study)}

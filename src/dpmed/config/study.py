@@ -18,8 +18,12 @@ def _no_overrides(wildcards: Mapping[str, str]) -> dict[str, Any]:
     return {}
 
 
-def _no_check(section: Mapping[str, Any], jobs: Sequence[Any]) -> None:
+def _no_check(config: Mapping[str, Any], jobs: Sequence[Any]) -> None:
     return None
+
+
+def _no_notes(jobs: Sequence[Any]) -> list[str]:
+    return []
 
 
 def param_sets(section: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
@@ -32,6 +36,19 @@ def param_sets(section: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]
         if "params" in block
     ]
     return sets
+
+
+def block_params(section: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """The hyperparameters of grid block `index`: the study defaults, its `params` on top."""
+    return {**section["defaults"], **section["grid"][index].get("params", {})}
+
+
+def param_key(study: str, section: Mapping[str, Any], index: int, name: str) -> str:
+    """The key path that sets hyperparameter `name` for the jobs of grid block `index`: the
+    block's `params` override if it has one, else the study default."""
+    if name in section["grid"][index].get("params", {}):
+        return f"{study}.grid[{index}].params.{name}"
+    return f"{study}.defaults.{name}"
 
 
 @dataclass(frozen=True)
@@ -51,10 +68,13 @@ class StudySpec:
             `<study>_results` rule read it.
         sweep: expands one cell by a block's `sweep` mapping (None: the study has no sweeps).
         wildcard_params: hyperparameters a wildcard value spells (for off-grid file targets).
-        check: the study's config rules a schema cannot express, given its config section and
-            expanded jobs; raises `ConfigError` naming the key.
+        check: the study's config rules a schema cannot express, given the whole config (its
+            section and the data it reads) and its expanded jobs; raises `ConfigError` naming
+            the key.
         reports: rule name → `dpmed.report.outputs.ReportOutput` of the study's tables and
             figures that rules/report.smk generates (a study may also write its own rules).
+        notes: for the expanded jobs, the tables and figures the grid cannot feed and what
+            grid cells they need (printed when the workflow loads).
     """
 
     name: str
@@ -69,6 +89,7 @@ class StudySpec:
     wildcard_params: Callable[[Mapping[str, str]], dict[str, Any]] = field(default=_no_overrides)
     check: Callable[[Mapping[str, Any], Sequence[Any]], None] = field(default=_no_check)
     reports: Mapping[str, Any] = field(default_factory=dict)
+    notes: Callable[[Sequence[Any]], list[str]] = field(default=_no_notes)
 
     @property
     def wildcards(self) -> tuple[str, ...]:

@@ -36,6 +36,7 @@ from PIL import Image
 
 from dpmed.data.image import resize_image, resize_mask, scale_to_unit
 from dpmed.data.nifti import read_nifti
+from dpmed.data.npz import read_npz
 from dpmed.data.splits import split_subjects
 from dpmed.data.summary import CountRow, Panel
 from dpmed.errors import DataFormatError
@@ -332,9 +333,9 @@ def overview_panels(processed_dir: Path) -> list[Panel]:
     meta = json.loads((processed_dir / "meta.json").read_text())
     candidates = []
     for split in ("val", "train"):
-        with np.load(processed_dir / f"{split}.npz") as data:
-            if len(data["masks"]):
-                candidates.append((split, data["images"], data["masks"], data["subjects"]))
+        data = read_npz(processed_dir / f"{split}.npz", ("images", "masks", "subjects"))
+        if len(data["masks"]):
+            candidates.append((split, data["images"], data["masks"], data["subjects"]))
     if not candidates:
         raise DataFormatError(processed_dir, "val.npz and train.npz hold no slices")
     chosen = next((c for c in candidates if c[2].any()), candidates[0])

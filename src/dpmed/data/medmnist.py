@@ -21,12 +21,12 @@ Processed format (`preprocess`, one folder per dataset; the OFFICIAL splits are 
 from __future__ import annotations
 
 import json
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from dpmed.data.npz import read_npz
 from dpmed.data.summary import CountRow, Panel
 from dpmed.errors import ConfigError, DataFormatError
 from dpmed.io import write_json, write_npz
@@ -152,25 +152,15 @@ def load_npz(path: str | Path, dataset: str, size: int | None = None) -> dict[st
 
 def _read_arrays(path: Path) -> dict[str, np.ndarray]:
     """Load every array of the npz (no pickles), checking the key set is the official one."""
-    try:
-        loaded = np.load(path, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise DataFormatError(path, "not an npz archive (a single .npy array?)")
-        with loaded as npz:
-            keys = set(npz.files)
-            missing = [k for k in OFFICIAL_KEYS if k not in keys]
-            unexpected = sorted(keys - set(OFFICIAL_KEYS))
-            if missing or unexpected:
-                raise DataFormatError(
-                    path,
-                    f"keys must be {list(OFFICIAL_KEYS)}; "
-                    f"missing {missing}, unexpected {unexpected}",
-                )
-            return {k: npz[k] for k in OFFICIAL_KEYS}
-    except DataFormatError:
-        raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise DataFormatError(path, f"unreadable npz (truncated or corrupt): {exc}") from exc
+    arrays = read_npz(path)
+    missing = [k for k in OFFICIAL_KEYS if k not in arrays]
+    unexpected = sorted(set(arrays) - set(OFFICIAL_KEYS))
+    if missing or unexpected:
+        raise DataFormatError(
+            path,
+            f"keys must be {list(OFFICIAL_KEYS)}; missing {missing}, unexpected {unexpected}",
+        )
+    return arrays
 
 
 def _check_images(
@@ -275,8 +265,8 @@ def overview_panels(processed_dir: Path) -> list[Panel]:
     processed_dir = Path(processed_dir)
     meta = json.loads((processed_dir / "meta.json").read_text())
     info = dataset_info(meta["dataset"])
-    with np.load(processed_dir / "test.npz", allow_pickle=False) as npz:
-        images, labels = npz["images"], npz["labels"]
+    test = read_npz(processed_dir / "test.npz", ("images", "labels"))
+    images, labels = test["images"], test["labels"]
     size = images.shape[1]
     tiles = []
     for c in range(info.n_classes):

@@ -54,6 +54,7 @@ import numpy as np
 
 from dpmed.data.image import resize_image, resize_mask
 from dpmed.data.matfile import load_mat
+from dpmed.data.npz import read_npz
 from dpmed.data.splits import split_subjects
 from dpmed.data.summary import CountRow, Panel
 from dpmed.errors import ConfigError, DataFormatError
@@ -366,7 +367,8 @@ def overview_panels(processed_dir: Path) -> list[Panel]:
         raise DataFormatError(meta_path, "processed meta.json not found")
     meta = json.loads(meta_path.read_text())
     class_names = {int(k): v for k, v in meta["classes"].items()}
-    candidates = [_load_split(processed_dir / f"{split}.npz") for split in ("val", "train")]
+    keys = ("images", "masks", "subjects", "bscans")
+    candidates = [read_npz(processed_dir / f"{split}.npz", keys) for split in ("val", "train")]
     candidates = [arrays for arrays in candidates if len(arrays["masks"]) > 0]
     if not candidates:
         raise DataFormatError(processed_dir, "no processed images in val.npz or train.npz")
@@ -378,11 +380,3 @@ def overview_panels(processed_dir: Path) -> list[Panel]:
             break
     title = f"{meta['dataset']}: {arrays['subjects'][index]}, B-scan {int(arrays['bscans'][index])}"
     return [Panel(title, arrays["images"][index], arrays["masks"][index], class_names)]
-
-
-def _load_split(path: Path) -> dict[str, np.ndarray]:
-    """Read one processed split file."""
-    if not path.is_file():
-        raise DataFormatError(path, "processed split file not found")
-    with np.load(path) as data:
-        return {key: data[key] for key in ("images", "masks", "subjects", "bscans")}

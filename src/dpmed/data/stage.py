@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dpmed.data.registry import family_module, generator_module
+from dpmed.io import atomic_dir
 from dpmed.seeding import stable_seed
 
 
@@ -27,9 +28,15 @@ def synthesize(dataset: str, cfg: Mapping[str, Any], raw_dir: str | Path) -> Non
 def preprocess(
     dataset: str, cfg: Mapping[str, Any], raw_dir: str | Path, out_dir: str | Path
 ) -> None:
-    """Read `raw_dir` with the family loader (validating it) and write `out_dir`."""
+    """Read `raw_dir` with the family loader (validating it) and write `out_dir`.
+
+    The family writes into a temporary sibling folder that replaces `out_dir` only once it has
+    finished, so a bad raw file found halfway leaves no partial processed files: `out_dir` stays
+    as it was (absent, or the previous complete result); on success it holds only this run's files.
+    """
     start = time.perf_counter()
-    family_module(dataset).preprocess(Path(raw_dir), Path(out_dir), dataset, dict(cfg))
+    with atomic_dir(out_dir) as tmp:
+        family_module(dataset).preprocess(Path(raw_dir), tmp, dataset, dict(cfg))
     print(
         f"[preprocess] {dataset}: {raw_dir} -> {out_dir} in {time.perf_counter() - start:.1f} s",
         flush=True,

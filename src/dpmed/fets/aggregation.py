@@ -2,12 +2,13 @@
 the registries of the fets aggregators and DP modes.
 
 Everything here is a pure function of the tensors and data-size weights the collaborators send
-(plus a seeded noise generator): no collaborator data can reach it. An aggregator is one
-`register_aggregator` call per DP mode it supports, at the end of this module: its server rule,
-display label, report order and, for the private modes, its sensitivity and privacy-record
-texts. The wildcard patterns, the validity rule, the server, the privacy record and the report
-read them from `AGGREGATORS` and `DP_MODES`; the config schema's enums list the same names in
-the same order (tests/test_fets_registry.py checks it).
+(plus the caller's noise generator, `dpmed.fets.server.noise_generator`): no collaborator data
+can reach it. An aggregator is one `register_aggregator` call per DP mode it supports, at the
+end of this module: its server rule, display label, report order and, for the private modes,
+its sensitivity and privacy-record texts. The wildcard patterns, the validity rule, the
+server, the privacy record and the report read them from `AGGREGATORS` and `DP_MODES`; the
+config schema's enums list the same names in the same order (tests/test_fets_registry.py
+checks it).
 
 The models have no norm buffers (GroupNorm / InstanceNorm without running stats), so every
 state tensor is a trained parameter; `flatten_state` refuses non-float tensors and the
@@ -116,7 +117,9 @@ class AggregatorMode:
         sensitivity: whole-model DP modes: the replace-one L2 sensitivity Δf(C, m) of the
             aggregate of m clipped updates.
         mechanism: private modes: the mechanism as privacy.json states it.
-        reasons: paper approximations: why the stated ε is not a formal guarantee.
+        reasons: paper approximations: why the stated ε is not a formal guarantee (privacy
+            flaws only).
+        utility_notes: flaws of the recipe that cost accuracy but not privacy.
         privacy_extra: extra privacy.json fields from the privacy columns of the last round.
     """
 
@@ -126,6 +129,7 @@ class AggregatorMode:
     sensitivity: Callable[[float, int], float] | None = None
     mechanism: str | None = None
     reasons: tuple[str, ...] = ()
+    utility_notes: tuple[str, ...] = ()
     privacy_extra: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
 
 
@@ -148,6 +152,7 @@ def register_aggregator(
     sensitivity: Callable[[float, int], float] | None = None,
     mechanism: str | None = None,
     reasons: Sequence[str] = (),
+    utility_notes: Sequence[str] = (),
     privacy_extra: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator registering a server rule as aggregator `name` in DP mode `dpmode` (one call
@@ -166,7 +171,14 @@ def register_aggregator(
         if dpmode in entry.modes:
             raise ValueError(f"aggregator '{name}' already has DP mode '{dpmode}'")
         entry.modes[dpmode] = AggregatorMode(
-            rule, label, order, sensitivity, mechanism, tuple(reasons), privacy_extra
+            rule,
+            label,
+            order,
+            sensitivity,
+            mechanism,
+            reasons=tuple(reasons),
+            utility_notes=tuple(utility_notes),
+            privacy_extra=privacy_extra,
         )
         return rule
 
@@ -426,14 +438,20 @@ def unflatten_state(vector: np.ndarray, like: Mapping[str, np.ndarray]) -> dict[
 # Why paper-mode ε is not a guarantee: these strings are written into privacy.json as they are.
 PAPER_REASONS = (
     "Delta f is estimated from one simulated neighbour (T'_0 = 1*C), not an upper bound on the "
-    "sensitivity; the 1*C neighbour has norm C*sqrt(d), outside the C-ball "
-    "(docs/privacy.md, finding 1)",
+    "sensitivity; the 1*C neighbour has norm C*sqrt(d), outside the C-ball, and it reuses the "
+    "real round's similarity weights (Algorithm 1 line 20), which change with the replaced "
+    "tensor (docs/privacy.md, finding 1)",
     "each tensor gets its own (eps0, delta0) mechanism: one round is K mechanisms, the paper "
     "counts one (docs/privacy.md, finding 2)",
     "the classic Gaussian sigma = Delta sqrt(2 ln(1.25/delta))/eps is proven only for eps <= 1; "
     "used here at every eps0 (docs/privacy.md, finding 3)",
-    "clipping acts on full model weights, not on updates, and the similarity weights are "
-    "reused for the neighbour (Algorithm 1 line 20)",
+)
+# What paper mode costs in accuracy but not in privacy (privacy.json extra.utility_notes).
+PAPER_UTILITY_NOTES = (
+    "clipping acts on the full model weights, not on the updates: every clipped tensor, hence "
+    "every weighted aggregate, stays in the C-ball, so privacy is unaffected, but weights of "
+    "norm > C shrink every round and the noise scales with C, not with the update size "
+    "(docs/privacy.md, note to finding 1)",
 )
 
 
@@ -457,6 +475,7 @@ def simagg_rule(local: Sequence[LocalTensor], tensor_name: str, cfg: ServerConfi
     mechanism="DP-SimAgg paper mode (Algorithms 1-3): per-tensor clipping of weights at C, "
     "similarity weights, empirical Delta f, classic Gaussian sigma per tensor",
     reasons=PAPER_REASONS,
+    utility_notes=PAPER_UTILITY_NOTES,
 )
 def dp_simagg_paper_rule(
     local: Sequence[LocalTensor], tensor_name: str, cfg: ServerConfig, rng: np.random.Generator

@@ -9,7 +9,12 @@ The returned callable has the challenge's signature `(local_tensors, tensor_db, 
 fl_round, collaborators_chosen_each_round, collaborator_times_per_round) -> np.ndarray`, where
 `local_tensors` items carry `.col_name`, `.tensor` and `.weight`.
 
-- `mode="paper"`: Algorithm 1 on each tensor as it is called (noise seeded by
+By default the noise of every release comes from fresh OS entropy (`secure_generator` in
+`dpmed.privacy.mechanisms`), so nobody can regenerate and subtract it. Pass `seed` only to
+reproduce a run (tests, simulations): the noise is then a function of (seed, fl_round[,
+tensor_name]) and anyone who knows the seed can remove it.
+
+- `mode="paper"`: Algorithm 1 on each tensor as it is called (with a seed, noise seeded by
   (seed, fl_round, tensor_name), so the call order does not matter).
 - `mode="sound"`: clipping is joint over the whole-model update, which one per-tensor call
   cannot see. On the first call of a round the adapter reads the round's complete state from
@@ -30,8 +35,7 @@ import numpy as np
 
 from dpmed.fets import aggregation as agg
 from dpmed.fets.aggregation import AGGREGATORS
-from dpmed.fets.server import Server, ServerConfig
-from dpmed.seeding import stable_seed
+from dpmed.fets.server import Server, ServerConfig, noise_generator
 
 AggregationFunction = Callable[..., np.ndarray]
 RoundFetcher = Callable[[Any, int, Sequence[str]], tuple[dict, dict]]
@@ -86,11 +90,12 @@ def fets_dp_simagg(
     clip_norm: float = 100.0,
     mode: str = "paper",
     calibration: str = "analytic",
-    seed: int = 0,
+    seed: int | None = None,
     distance: str = "l2",
     fetch_round: RoundFetcher = openfl_fetch_round,
 ) -> AggregationFunction:
-    """A FeTS-challenge aggregation function running DP-SimAgg in `mode` paper or sound."""
+    """A FeTS-challenge aggregation function running DP-SimAgg in `mode` paper or sound; noise
+    from OS entropy unless `seed` is given (reproducible, not for deployment)."""
     if mode == "paper":
 
         def dp_simagg_paper(
@@ -101,7 +106,7 @@ def fets_dp_simagg(
             collaborators_chosen_each_round: Any = None,
             collaborator_times_per_round: Any = None,
         ) -> np.ndarray:
-            rng = np.random.default_rng(stable_seed("fets-noise", seed, fl_round, tensor_name))
+            rng = noise_generator(seed, fl_round, tensor_name)
             out, _ = agg.dp_simagg_paper_tensor(
                 [np.asarray(t.tensor) for t in local_tensors],
                 [float(t.weight) for t in local_tensors],

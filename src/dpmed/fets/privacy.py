@@ -9,8 +9,12 @@ paper counts one ("for the monitored weight tensor"). The `_all` columns compose
 mechanisms (basic: r·K·ε0; RDP at the same δ). Paper-mode numbers take the empirical Δf as if
 it were a sensitivity, so they are not a guarantee (`paper-approximation`).
 
-The mechanism texts, reasons and aggregator-specific fields of privacy.json come from the
-aggregator's registry entry (`dpmed.fets.aggregation.AGGREGATORS`).
+The mechanism texts, reasons, utility notes and aggregator-specific fields of privacy.json come
+from the aggregator's registry entry (`dpmed.fets.aggregation.AGGREGATORS`). The guarantee
+covers what the server releases, the global model after every round (`COVERS`); the
+collaborators' validation scores, the schedule, the timings and, in paper mode, the empirical
+Δf are written beside it without noise (`not_covered`). `extra.noise_source` says whether the
+noise was seeded (the simulation) or drawn from OS entropy.
 """
 
 from __future__ import annotations
@@ -21,10 +25,30 @@ from typing import Any
 
 from dpmed.fets.aggregation import DP_MODES
 from dpmed.fets.server import RoundMechanisms, ServerConfig
-from dpmed.privacy.mechanisms import rdp_epsilon
+from dpmed.privacy.mechanisms import noise_source, rdp_epsilon
 from dpmed.privacy.record import PrivacyRecord
 
 ADJACENCY = "collaborator-level (replace one chosen collaborator's model tensors)"
+COVERS = (
+    "the global model after every round (each aggregate the server releases), hence model.pt "
+    "and anything computed from the global models without the collaborators' data"
+)
+NOT_COVERED = (
+    "rounds.csv, metrics.json: the Dice and HD95 scores of every round's global model (and "
+    "the convergence score from them), computed on the collaborators' own validation "
+    "subjects without noise",
+    "selection.csv, rounds.csv chosen/round_time_s/sim_time_s: the seeded, data-independent "
+    "selection schedule and simulated times from the collaborators' dataset sizes, treated "
+    "as public",
+    "resources.json: measured wall-clock time, memory and energy, a side channel the "
+    "guarantee does not model",
+)
+# Paper mode releases its data-dependent sensitivity estimate as it is.
+PAPER_NOT_COVERED = (
+    "rounds.csv delta_f/sigma/sigma_min, privacy.json extra delta_f/sigma: paper mode's "
+    "empirical Delta f, hence sigma, is computed from the clipped collaborator tensors and "
+    "written without noise (docs/privacy.md, finding 1)",
+)
 COLUMNS = (
     "mechanisms", "delta_f", "sigma", "sigma_min", "noise_multiplier", "eps_round",
     "eps_basic_cum", "eps_rdp_cum", "eps_basic_cum_all", "eps_rdp_cum_all",
@@ -72,7 +96,10 @@ def privacy_record(cfg: ServerConfig, rounds: int, last: Mapping[str, Any]) -> P
         "mechanisms_per_round": int(last["mechanisms"]),
         "delta_f": last["delta_f"],
         "sigma": last["sigma"],
+        "noise_source": noise_source(cfg.seed),
     }
+    if entry.utility_notes:
+        extra["utility_notes"] = list(entry.utility_notes)
     # Fields every DP mode shares.
     common = {
         "adjacency": ADJACENCY,
@@ -83,6 +110,7 @@ def privacy_record(cfg: ServerConfig, rounds: int, last: Mapping[str, Any]) -> P
         "steps": rounds,
         "noise_multipliers": [last["noise_multiplier"]],
         "target_epsilon": cfg.epsilon0,
+        "covers": COVERS,
         "extra": extra,
     }
     if mode.per_tensor:  # the paper's accounting: one monitored tensor, basic composition
@@ -99,6 +127,7 @@ def privacy_record(cfg: ServerConfig, rounds: int, last: Mapping[str, Any]) -> P
             guarantee=mode.guarantee,
             epsilon_by_accountant=by,
             reasons=list(entry.reasons),
+            not_covered=[*NOT_COVERED, *PAPER_NOT_COVERED],
             **common,
         )
     by = {"basic": last["eps_basic_cum"], "rdp": last["eps_rdp_cum"]}
@@ -112,5 +141,6 @@ def privacy_record(cfg: ServerConfig, rounds: int, last: Mapping[str, Any]) -> P
         epsilon=min(by.values()),
         guarantee=mode.guarantee,
         epsilon_by_accountant=by,
+        not_covered=list(NOT_COVERED),
         **common,
     )

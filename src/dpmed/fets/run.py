@@ -25,6 +25,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from dpmed.checkpoint import Checkpoint
 from dpmed.config.wildcards import parse_eps
 from dpmed.data import fets
 from dpmed.fets import privacy, selection, timing
@@ -35,7 +36,7 @@ from dpmed.fets.server import RoundMechanisms, Server, ServerConfig
 from dpmed.io import write_csv, write_json
 from dpmed.models import build_model, save_model
 from dpmed.models.resunet3d import count_parameters
-from dpmed.runtime import Checkpoint, JobContext, Progress
+from dpmed.runtime import JobContext, Progress
 from dpmed.seeding import stable_seed
 
 MODEL = "resunet3d"  # the registered 3D residual U-Net (4 modalities in, 4 classes out)
@@ -46,7 +47,7 @@ def run(job: JobContext) -> dict[str, Any]:
     device = job.start()
     cfg = server_config(job)
     federation = build_federation(job, device)
-    checkpoint = job.checkpoint()
+    checkpoint = job.checkpoint("fets")
     run_state = resume(checkpoint, device) or first_state(federation, cfg, device)
     server = Server(cfg)
     rounds = int(job.params["rounds"])
@@ -178,8 +179,9 @@ def resume(checkpoint: Checkpoint, device: torch.device) -> RunState | None:
     saved = checkpoint.load()
     if saved is None:
         return None
-    print(f"resuming after round {saved['round']} from {checkpoint.path}", flush=True)
-    return RunState(saved["round"], saved["state"], saved["rows"],
+    print(f"resuming {checkpoint.path.parent} after round {saved['round']}", flush=True)
+    state = {name: tensor.numpy() for name, tensor in saved["state"].items()}  # saved as tensors
+    return RunState(saved["round"], state, saved["rows"],
                     timing.ConvergenceScore(**saved["score"]), saved["times"],
                     ResourceMeter(device, Totals(**saved["totals"])))  # fmt: skip
 

@@ -4,8 +4,10 @@ applied.
 
 `Server.aggregate` receives only (collaborator name, state dict of numpy tensors, data-size
 weight) triples and the current global state; data-size weights are normalised to sum 1 over
-the round. Noise is drawn from `stable_seed("fets-noise", seed, round)`, so a resumed run draws
-the same noise as an uninterrupted one.
+the round. With a seed (the simulation passes its job seed) noise is drawn from
+`stable_seed("fets-noise", seed, round)`, so a resumed run draws the same noise as an
+uninterrupted one; without one (a deployment) every round's noise comes from fresh OS entropy
+(`dpmed.privacy.mechanisms.secure_generator`), so nobody can regenerate and subtract it.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ class ServerConfig:
         clip_norm: C.
         simagg_distance: a `SIMAGG_DISTANCES` name.
         sound_calibration: Gaussian calibration of the whole-model modes (`analytic`, `rdp`).
-        seed: the job seed (noise draws).
+        seed: the job seed of the noise draws (reproducible simulation); None draws every
+            round's noise from OS entropy (deployment).
     """
 
     aggregator: str
@@ -43,7 +46,7 @@ class ServerConfig:
     clip_norm: float
     simagg_distance: str
     sound_calibration: str
-    seed: int
+    seed: int | None
 
     def __post_init__(self) -> None:
         aggregator_mode(self.aggregator, self.dpmode)  # both registered, the pair supported
@@ -71,6 +74,14 @@ class RoundMechanisms:
 Local = tuple[str, Mapping[str, np.ndarray], float]
 
 
+def noise_generator(seed: int | None, *stream: object) -> np.random.Generator:
+    """The noise generator of one release: seeded by ("fets-noise", seed, *stream) when a seed
+    is given (reproducible, not for deployment), else fresh OS entropy."""
+    if seed is None:
+        return mechanisms.secure_generator()
+    return np.random.default_rng(stable_seed("fets-noise", seed, *stream))
+
+
 class Server:
     """Aggregates rounds for one `ServerConfig`."""
 
@@ -92,7 +103,7 @@ class Server:
         cfg = self.cfg
         total = sum(w for _, _, w in local)
         weights = [w / total for _, _, w in local]
-        rng = np.random.default_rng(stable_seed("fets-noise", cfg.seed, fl_round))
+        rng = noise_generator(cfg.seed, fl_round)
         if DP_MODES[cfg.dpmode].per_tensor:
             return self._per_tensor(global_state, local, weights, rng)
         return self._whole_model(global_state, local, weights, rng)

@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dpmed.config.study import StudySpec
+from dpmed.config.study import StudySpec, block_params, param_key
 from dpmed.config.wildcards import EPS_PATTERN
+from dpmed.errors import ConfigError
 from dpmed.fets.aggregation import AGGREGATORS, DP_MODES
 from dpmed.registry import Registry
 from dpmed.report.outputs import ReportOutput, report_targets
@@ -127,6 +128,34 @@ def targets(jobs: Sequence[Any]) -> list[str]:
     return [*run_targets(jobs), *report_targets(REPORTS, jobs)]
 
 
+def _check_block(section: Mapping[str, Any], index: int) -> None:
+    params = block_params(section, index)
+    depth, patch, base = int(params["depth"]), list(params["patch_size"]), params["base_filters"]
+    depth_key = param_key("fets", section, index, "depth")
+    if any(side % 2**depth for side in patch):
+        raise ConfigError(
+            param_key("fets", section, index, "patch_size"),
+            f"{patch}: the 3D ResUNet halves every side {depth} times ({depth_key} = {depth}), "
+            f"so each side must divide by 2^{depth} = {2**depth}",
+        )
+    widths = [base * 2**level for level in range(depth + 1)]
+    if params["norm"] == "group" and any(w >= 8 and w % 8 for w in widths):
+        raise ConfigError(
+            param_key("fets", section, index, "base_filters"),
+            f"{base} gives level widths {widths} ({depth_key} = {depth}); GroupNorm splits c "
+            "channels into min(8, c) groups, so widths of 8 or more must divide by 8 "
+            "(use 1, 2, 4 or a multiple of 8)",
+        )
+
+
+def check_config(config: Mapping[str, Any], jobs: Sequence[Any]) -> None:
+    """Config rules a schema cannot express, for every grid block's params: patch sides divide
+    by 2^depth (the network halves and restores them), and with GroupNorm every level's
+    width base_filters·2^level fits its min(8, width) groups."""
+    for index in range(len(config["fets"]["grid"])):
+        _check_block(config["fets"], index)
+
+
 SPEC = StudySpec(
     name="fets",
     path="results/fets/{aggregator}/{dpmode}/eps{eps}/seed{seed}",
@@ -141,5 +170,6 @@ SPEC = StudySpec(
     run_files=RUN_FILES,
     targets=targets,
     category="fets (paper 000)",
+    check=check_config,
     reports=REPORTS,
 )

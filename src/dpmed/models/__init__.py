@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dpmed.errors import DataFormatError
 from dpmed.registry import Registry
 
 if TYPE_CHECKING:
@@ -87,22 +88,22 @@ def model_arguments(name: str, available: Mapping[str, Any]) -> dict[str, Any]:
 
 def save_model(path: str | Path, name: str, arguments: Mapping[str, Any], net: nn.Module) -> None:
     """Write `model.pt` atomically: the registry name, the build arguments and the weights, so
-    `load_model` rebuilds the network without the job's config."""
-    import torch
+    `load_model` rebuilds the network without the job's config. Identical weights give
+    identical bytes."""
+    from dpmed.checkpoint import save_state
 
-    from dpmed.io import atomic_path
-
-    with atomic_path(path) as tmp:
-        torch.save(
-            {"model": name, "arguments": dict(arguments), "state_dict": net.state_dict()}, tmp
-        )
+    save_state(path, {"model": name, "arguments": dict(arguments), "state_dict": net.state_dict()})
 
 
 def load_model(path: str | Path, device: Any = "cpu") -> nn.Module:
-    """The network saved by `save_model`, on `device` and in eval mode."""
-    import torch
+    """The network saved by `save_model`, on `device` and in eval mode. Loaded without running
+    pickled code: anything but plain tensors and data is a `DataFormatError`."""
+    from dpmed.checkpoint import CheckpointRefused, load_state
 
-    saved = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        saved = load_state(path)
+    except CheckpointRefused as refused:
+        raise DataFormatError(path, f"not a dpmed model file: {refused}") from refused
     net = build_model(saved["model"], **saved["arguments"])
     try:
         net.load_state_dict(saved["state_dict"])

@@ -11,12 +11,18 @@ Three calibrations (docs/privacy.md, finding 3):
   accountant (sample rate 1, one step), gives ε.
 
 `rdp_epsilon` composes Gaussian mechanisms of given noise multipliers (σ/Δ) under RDP.
+
+Noise source: a deployed mechanism draws its noise from `secure_generator` (fresh OS entropy);
+a seeded generator is for reproducible simulations only, since anyone who knows the seed can
+regenerate the noise and subtract it. privacy.json states which (`noise_source`).
 """
 
 from __future__ import annotations
 
 import math
+import secrets
 
+import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
@@ -95,3 +101,26 @@ def rdp_epsilon(noise_multiplier: float, mechanisms: int, delta: float) -> float
     if mechanisms <= 0:
         return 0.0
     return accounting.epsilon([(noise_multiplier, 1.0, mechanisms)], delta, "rdp")
+
+
+# privacy.json `extra.noise_source`: where a run's mechanism noise came from.
+NOISE_SEEDED = "seeded (simulation, reproducible; not for deployment)"
+NOISE_OS_ENTROPY = "os-entropy"
+
+
+def secure_generator() -> np.random.Generator:
+    """A noise generator nobody can regenerate: numpy's PCG64 seeded with 128 fresh bits from
+    the OS CSPRNG (`secrets`, i.e. os.urandom), a new seed per call.
+
+    Secure enough here because the threat is recomputing the noise: the 128-bit seed cannot be
+    guessed or searched, and a fresh one per release means no stream is reused. PCG64 is not a
+    CSPRNG (its state can be recovered from enough *raw* outputs), but the noise is never
+    released alone, only added to the aggregate. Floating-point attacks on Gaussian sampling
+    (Mironov 2012) are not addressed; torchcsprng / Opacus secure_mode is not installed.
+    """
+    return np.random.default_rng(secrets.randbits(128))
+
+
+def noise_source(seed: int | None) -> str:
+    """privacy.json's `noise_source` of a mechanism given `seed` (None: OS entropy)."""
+    return NOISE_OS_ENTROPY if seed is None else NOISE_SEEDED

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
+from dpmed.data.npz import read_npz
 from dpmed.data.registry import eval_classes as scored_classes
 from dpmed.errors import DataFormatError
 
@@ -64,10 +65,8 @@ def load_seg_data(processed_dir: str | Path, dataset: str) -> SegData:
     splits = {}
     for name in SPLITS:
         path = folder / f"{name}.npz"
-        with np.load(path) as npz:
-            if "images" not in npz or "masks" not in npz:
-                raise DataFormatError(path, "needs arrays 'images' and 'masks'")
-            images, masks = npz["images"], npz["masks"]
+        arrays = read_npz(path, ("images", "masks"))
+        images, masks = arrays["images"], arrays["masks"]
         if images.ndim != 3 or images.shape != masks.shape:
             raise DataFormatError(path, f"images {images.shape} and masks {masks.shape} differ")
         if not np.isfinite(images).all():

@@ -146,7 +146,10 @@ def parse_morph(text: str, quantiles: tuple[float, float] = DEFAULT_QUANTILES) -
     else:
         q = (float(quantiles[0]), float(quantiles[1]))
     if not 0 <= q[0] <= q[1] <= 100:
-        raise ValueError(f"adaptive quantiles must satisfy 0 ≤ low ≤ high ≤ 100, got {q}")
+        raise ValueError(
+            f"morph '{text}': adaptive quantiles need 0 ≤ low ≤ high ≤ 100, "
+            f"got low {q[0]:g}, high {q[1]:g}"
+        )
     scope = "sample" if groups["sample"] else "batch"
     return MorphSpec(name, "adaptive", entry.operation, quantiles=q, scope=scope)
 

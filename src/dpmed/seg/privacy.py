@@ -2,7 +2,10 @@
 
 Our recipe: DP-SGD facts with ε from both RDP and PRV for the same (σ, q, steps), or guarantee
 "none" for non-private runs; adaptive DP-Morph with batch-level thresholds is labelled
-"paper-approximation" (it couples the images of a batch).
+"paper-approximation" (it couples the images of a batch). The guarantee covers the model
+weights after every DP-SGD step (`COVERS`); `not_covered` names what the run writes beside them
+outside the mechanism, the diagnostics/ files first. The noise is seeded by the job seed (Opacus
+secure_mode off): reproducible, not for deployment (`extra.noise_source`).
 
 The paper's recipe, for the same run: a shuffled fixed-size loader accounted as Poisson, a
 batch-summed Dice loss, batch-level adaptive thresholds, the public implementations' noise per
@@ -18,8 +21,35 @@ from typing import Any
 
 from dpmed.privacy import accounting
 from dpmed.privacy.clipping import CLIP_RULES, ClipRule
+from dpmed.privacy.mechanisms import NOISE_SEEDED
 from dpmed.privacy.record import PrivacyRecord
 from dpmed.seg.morphology import MorphSpec, morph_kind
+from dpmed.seg.spec import ALIGNMENT, ATTACK_FILE, HISTORY, MORPH_LOG
+
+COVERS = (
+    "the model weights after every DP-SGD step (model.pt holds the last) and anything computed "
+    "from them without the training images, e.g. the validation and test scores and epsilon"
+)
+NOT_COVERED = (
+    f"{ALIGNMENT}: per DP step the exact Poisson batch size, the share of clipped gradients and "
+    "the cosine of the un-noised clipped gradient sum, computed from the training batches "
+    "outside the mechanism",
+    f"{HISTORY}: the loss column is the mean training loss per epoch, computed on the training "
+    "images without noise (the seconds column is a wall-clock timing)",
+    f"{MORPH_LOG}: adaptive DP-Morph's layer thickness, thresholds and operation shares per "
+    "epoch, computed from the training batches without noise",
+    f"{ATTACK_FILE} (written later by seg_attack): the membership attack's scores, threshold "
+    "and mean losses, computed on the training images directly",
+    "privacy.json extra.empty_batches: how many Poisson batches came out empty, a statistic of "
+    "the sampling that the mechanism does not release",
+    "metrics.json n_train, privacy.json sample_rate: the training set size, treated as public "
+    "as DP-SGD accounting does",
+    "metrics.json train_seconds: wall-clock training time, a side channel the guarantee does "
+    "not model",
+    "metrics.json scores: they describe the validation and test splits, which the guarantee "
+    "does not protect (it protects training images only)",
+    "the job log (logs/seg_train/...): its progress lines print each epoch's training loss",
+)
 
 
 def seg_privacy_record(
@@ -84,6 +114,8 @@ def seg_privacy_record(
         target_epsilon=target_eps,
         epsilon_by_accountant=by_acc,
         reasons=reasons,
+        covers=COVERS,
+        not_covered=list(NOT_COVERED),
         extra={
             "clip_rule": rule.name,
             "autos_gamma": rule.gamma,
@@ -91,6 +123,7 @@ def seg_privacy_record(
             "grad_sample_mode": mode,
             "expected_batch_size": q * n_train,
             "empty_batches": empty_batches,
+            "noise_source": NOISE_SEEDED,
         },
     )
 

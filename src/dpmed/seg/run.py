@@ -11,11 +11,13 @@ final map and applied to every deep-supervision map. A swept clip wildcard
 (`flat-C0.5-lr0.001`) names the rule; its clip_norm and lr already arrive in the params.
 
 Outputs in the job folder: metrics.json (test Dice/HD95/MAE, COVID S_α/E_φ, final val Dice,
-training seconds), history.csv (per epoch: loss, val Dice (+ per class), ε spent, seconds),
-morph_log.csv (adaptive runs: per epoch and class the mean thickness, thresholds and share of
-each operation; header only otherwise), alignment.csv (private runs: per non-empty step the
-cosine between the scaled pre-noise and the true mean gradient, batch size, clipped share;
-header only otherwise), privacy.json, model.pt (with its build arguments). The job's
+training seconds), privacy.json, model.pt (with its build arguments), and in diagnostics/ the
+non-private diagnostics, computed from the training data outside the DP mechanism and never to
+be released with a DP model (privacy.json `not_covered`): history.csv (per epoch: training loss,
+val Dice (+ per class), ε spent, seconds), morph_log.csv (adaptive runs: per epoch and class
+the mean thickness, thresholds and share of each operation; header only otherwise),
+alignment.csv (private runs: per non-empty step the cosine between the scaled pre-noise and the
+true mean gradient, batch size, clipped share; header only otherwise). The job's
 `runtime.Checkpoint` is saved every epoch and removed once all outputs exist.
 """
 
@@ -32,6 +34,7 @@ import pandas as pd
 import torch
 from torch.utils.data import DataLoader
 
+from dpmed.checkpoint import Checkpoint
 from dpmed.config.wildcards import parse_eps
 from dpmed.errors import ConfigError
 from dpmed.io import write_csv, write_json
@@ -39,7 +42,7 @@ from dpmed.models import build_model, model_arguments, save_model
 from dpmed.privacy import accounting
 from dpmed.privacy.clipping import ClipRule
 from dpmed.privacy.dpsgd import DPSGD, ScaledPrivacyEngine, resolve_grad_sample_mode
-from dpmed.runtime import Checkpoint, JobContext, Progress
+from dpmed.runtime import JobContext, Progress
 from dpmed.seg.alignment import AlignmentLog
 from dpmed.seg.data import SegData, load_seg_data
 from dpmed.seg.evaluate import evaluate, morph_output
@@ -47,7 +50,7 @@ from dpmed.seg.losses import per_sample_loss
 from dpmed.seg.morph_log import MORPH_COLUMNS, MorphLog
 from dpmed.seg.morphology import MorphSpec, parse_morph
 from dpmed.seg.privacy import seg_privacy_record
-from dpmed.seg.spec import STRUCTURE_DATASETS, clip_rule, invalid
+from dpmed.seg.spec import ALIGNMENT, HISTORY, MORPH_LOG, STRUCTURE_DATASETS, clip_rule, invalid
 
 
 def run(job: JobContext) -> dict[str, Any]:
@@ -58,7 +61,7 @@ def run(job: JobContext) -> dict[str, Any]:
     net, arguments = build_network(job, data, device)
     optimizer = make_optimizer(net, job.params)
     generator = torch.Generator().manual_seed(job.seed)
-    checkpoint = job.checkpoint()
+    checkpoint = job.checkpoint("seg")
     state = resume(checkpoint, net, optimizer, generator)
     setup = make_setup(plan, net, optimizer, data, generator, state)
     progress = Progress(f"seg {'/'.join(job.wildcards.values())}", plan.epochs, state.epoch)
@@ -121,7 +124,9 @@ class Plan:
         factor = 2 ** int(params["depth"])
         if h % factor or w % factor:
             raise ConfigError(
-                "seg.params.depth", f"image size {h}×{w} is not divisible by 2^depth = {factor}"
+                "seg.defaults.depth",
+                f"image size {h}×{w} (data.{wc['dataset']}.size) is not divisible by "
+                f"2^depth = {factor}",
             )
         target_eps = parse_eps(wc["eps"])
         private = not math.isinf(target_eps)
@@ -377,13 +382,13 @@ def write_outputs(
     net: torch.nn.Module,
     arguments: dict[str, Any],
 ) -> None:
-    """Every output file of the job folder, metrics.json last."""
+    """Every output file of the job folder (the diagnostics in diagnostics/), metrics.json last."""
     out = Path(job.out_dir)
     history = pd.DataFrame(state.history)
     history["epsilon"] = history["epsilon"].astype(float)
-    write_csv(out / "history.csv", history)
-    write_csv(out / "morph_log.csv", pd.DataFrame(state.morph_log.rows, columns=MORPH_COLUMNS))
-    write_csv(out / "alignment.csv", state.alignment.frame())
+    write_csv(out / HISTORY, history)
+    write_csv(out / MORPH_LOG, pd.DataFrame(state.morph_log.rows, columns=MORPH_COLUMNS))
+    write_csv(out / ALIGNMENT, state.alignment.frame())
     seg_privacy_record(
         plan.private,
         plan.params,

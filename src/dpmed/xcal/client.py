@@ -80,14 +80,20 @@ class Client:
         self.signal_ledger = RdpLedger()
         self.filter: RenyiFilter | None = None
         self.smoothed = 0.5
+        self.rounds = 0
         self.stats = StepStats()
         self.sigma_ref = self.sigma_signal = 0.0
         method.calibrate(self, epsilon)
 
     # ------------------------------------------------------------------ privacy
     def epsilon(self) -> float | None:
-        """ε spent so far (None if non-private)."""
+        """The proven ε bound of everything released so far (None if non-private)."""
         return self.method.epsilon(self)
+
+    def realised_epsilon(self) -> float | None:
+        """The realised RDP reading of the steps taken (equals `epsilon` unless the method
+        chooses σ adaptively; then it is a reading, not a bound)."""
+        return self.method.realised_epsilon(self)
 
     def calibrated_sigma(self, epsilon: float, delta: float) -> float:
         """The noise multiplier that meets (ε, δ) after this client's T steps at rate q."""
@@ -114,16 +120,28 @@ class Client:
             if self.filter is not None and self.filter.halted:
                 break
             start = time.perf_counter()
-            idx = torch.nonzero(torch.rand(self.n, generator=self.sampler) < self.q)[:, 0]
-            idx = idx.to(self.x.device)
-            if not self.method.step(self, model, optimizer, self.x[idx], self.y[idx], noise_std):
+            xb, yb = self.poisson_batch()
+            if not self.method.step(self, model, optimizer, xb, yb, noise_std):
                 break
             if self.x.device.type == "cuda":
                 torch.cuda.synchronize(self.x.device)
             self.stats.steps += 1
             self.stats.seconds += time.perf_counter() - start
+        self.rounds += 1
         tensors = {k: v.detach().clone() for k, v in net.state_dict().items()}
         return ClientUpdate(tensors, self.n, self.method.ledger_message(self))
+
+    def poisson_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A fresh Poisson sample of the client's data: each image independently with
+        probability q (the sampling the accountant assumes)."""
+        idx = torch.nonzero(torch.rand(self.n, generator=self.sampler) < self.q)[:, 0]
+        idx = idx.to(self.x.device)
+        return self.x[idx], self.y[idx]
+
+    @property
+    def planned_steps_so_far(self) -> int:
+        """Steps the schedule allows up to the rounds played (a halted client takes fewer)."""
+        return self.rounds * self.params["local_epochs"] * self.steps_per_epoch
 
     def uniform_std(self, model: nn.Module, sigma: float) -> dict[str, float]:
         """Noise std σ·C for every parameter."""
@@ -167,6 +185,7 @@ class Client:
             "signal_ledger": self.signal_ledger.state(),
             "filter": self.filter.state() if self.filter is not None else None,
             "smoothed": self.smoothed,
+            "rounds": self.rounds,
             "stats": vars(self.stats),
         }
 
@@ -181,4 +200,5 @@ class Client:
         else:
             self.ledger = RdpLedger.from_state(state["ledger"])
         self.smoothed = float(state["smoothed"])
+        self.rounds = int(state["rounds"])
         self.stats = StepStats(**state["stats"])

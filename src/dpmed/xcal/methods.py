@@ -12,6 +12,7 @@ the training hooks import what they use when they run.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -82,12 +83,21 @@ class Method:
         return True
 
     def epsilon(self, client: Client) -> float | None:
-        """ε the client has spent so far (None when non-private)."""
+        """The proven ε bound of the client's releases so far (None when non-private): σ is
+        fixed before training, so the RDP of the steps taken is a bound."""
         return client.ledger.epsilon(client.delta)
+
+    def realised_epsilon(self, client: Client) -> float | None:
+        """The realised RDP reading of the steps taken; equals `epsilon` when σ is fixed."""
+        return self.epsilon(client)
 
     def ledger_message(self, client: Client) -> dict:
         """The ledger part of the client → server message."""
-        return {"epsilon": self.epsilon(client), "gradient": client.ledger.state()}
+        return {
+            "epsilon": self.epsilon(client),
+            "eps_realised_reading": self.realised_epsilon(client),
+            "gradient": client.ledger.state(),
+        }
 
     def privacy_details(
         self, clients: list[Client], params: Mapping[str, Any]
@@ -143,16 +153,19 @@ class XCalFL(Method):
     """XCal-FL: σ_t from the privatised explainability signal under a Rényi filter.
 
     (ε, δ) is split into a signal share f·(ε, δ) and a gradient share (1 − f)·(ε, δ). Per step,
-    the batch sum of the signal s_i (`dpmed.xcal.signal`, sensitivity 1) gets N(0, σ_s²), is
-    divided by q·n, clipped to [0, 1] and EMA-smoothed (start 0.5); σ_t follows from the
-    smoothed signal within [(1 − b)σ_ref, (1 + b)σ_ref] and the filter admits, raises or halts
-    it so the gradient share is never exceeded.
+    the signal s_i (`dpmed.xcal.signal`, sensitivity 1) is summed over its own Poisson sample,
+    drawn independently of the gradient step's, and gets N(0, σ_s²); it is divided by q·n,
+    clipped to [0, 1] and EMA-smoothed (start 0.5). σ_t follows from the smoothed signal within
+    [(1 − b)σ_ref, (1 + b)σ_ref] and the filter admits, raises or halts it so the gradient share
+    is never exceeded. Each step is thus two independently subsampled Gaussians, accounted as
+    such (one sample for both would be one subsampled mechanism, amplified once).
     """
 
     default_preset: str | None = "balanced"
     mechanism: ClassVar[str] = (
-        "XCal-FL: Poisson-subsampled Gaussian on the clipped signal sum (sensitivity 1) + "
-        "DP-SGD (flat clipping) with adaptive sigma_t under a Renyi filter"
+        "XCal-FL: Poisson-subsampled Gaussian on the clipped signal sum of its own sample "
+        "(sensitivity 1) + DP-SGD (flat clipping) on an independent sample with adaptive "
+        "sigma_t under a Renyi filter"
     )
 
     def calibrate(self, client: Client, epsilon: float) -> None:
@@ -179,8 +192,9 @@ class XCalFL(Method):
         p = client.params
         if not client.filter.can_continue():
             return False
-        if xb.shape[0]:
-            parts = signal.components(model, client.cam_layer, xb, yb, p["top_q"])
+        sx, sy = client.poisson_batch()  # the signal's own sample, independent of (xb, yb)
+        if sx.shape[0]:
+            parts = signal.components(model, client.cam_layer, sx, sy, p["top_q"])
             total = float(signal.combine(parts, self.weights).sum())
         else:
             total = 0.0
@@ -199,11 +213,51 @@ class XCalFL(Method):
         return True
 
     def epsilon(self, client: Client) -> float | None:
-        """The signal's ε at δ_s plus the gradients' at δ_g (sequential composition, total
-        δ = δ_s + δ_g)."""
-        return client.signal_ledger.epsilon(client.delta_signal) + client.ledger.epsilon(
-            client.delta_grad
+        """The proven ε bound at δ of the steps so far: the smaller of `worst_case_epsilon`
+        (grows with the rounds) and `filter_epsilon` (the whole run's guarantee)."""
+        return min(self.worst_case_epsilon(client), self.filter_epsilon(client))
+
+    def worst_case_epsilon(self, client: Client) -> float:
+        """Every step the schedule allowed so far at the smallest σ the band permits,
+        (1 − b)σ_ref, each with its signal step, at δ: a bound whatever the data chose."""
+        from dpmed.privacy.adaptive import epsilon_of, rdp_curve
+
+        sigma_min = (1 - client.params["band"]) * client.sigma_ref
+        if sigma_min <= 0:
+            return math.inf
+        steps = client.planned_steps_so_far
+        curve = rdp_curve(client.q, sigma_min, steps) + rdp_curve(
+            client.q, client.sigma_signal, steps
         )
+        return epsilon_of(curve, client.delta)
+
+    def filter_epsilon(self, client: Client) -> float:
+        """The whole run's guarantee at δ = δ_s + δ_g: the signal over all T planned steps plus
+        the filter, which keeps the gradients' RDP at α* within B. The smaller of sequential
+        composition (ε_s(T) at δ_s plus the filter's ε_g at δ_g) and one conversion at α*
+        (ρ_s(α*)·T + B); both hold for any adaptively chosen σ_t and halts."""
+        from dpmed.privacy.adaptive import conversion_offset, epsilon_of, rdp_curve
+
+        flt = client.filter
+        signal_all = rdp_curve(client.q, client.sigma_signal, client.total_steps)
+        sequential = (
+            epsilon_of(signal_all, client.delta_signal)
+            + flt.budget
+            + conversion_offset(flt.order, client.delta_grad)
+        )
+        one_order = (
+            signal_all[flt.order_index] + flt.budget + conversion_offset(flt.order, client.delta)
+        )
+        return float(min(sequential, one_order))
+
+    def realised_epsilon(self, client: Client) -> float | None:
+        """The RDP reading of the noise actually used, at δ: the signal's and the gradients'
+        realised curves summed (independent samples) and converted once. The σ_t were chosen
+        from the data, so this is a reading, not a guarantee (summing realised RDP of adaptive
+        mechanisms needs a privacy odometer); it never exceeds `epsilon`."""
+        from dpmed.privacy.adaptive import epsilon_of
+
+        return epsilon_of(client.signal_ledger.rdp + client.ledger.rdp, client.delta)
 
     def ledger_message(self, client: Client) -> dict:
         message = super().ledger_message(client)
@@ -212,15 +266,13 @@ class XCalFL(Method):
         return message
 
     def privacy_details(self, clients, params):
-        from dpmed.privacy.adaptive import epsilon_of
-
-        per_client = [float(c.epsilon()) for c in clients]
-        joint = [epsilon_of(c.ledger.rdp + c.signal_ledger.rdp, params["delta"]) for c in clients]
         sigmas = sorted({round(s, 6) for c in clients for s in c.stats.sigmas})
         extra = {
             "signal_fraction": params["signal_fraction"],
-            "client_epsilon_signal": [c.signal_ledger.epsilon(c.delta_signal) for c in clients],
-            "client_epsilon_gradient": [c.ledger.epsilon(c.delta_grad) for c in clients],
+            "client_eps_realised_signal": [
+                c.signal_ledger.epsilon(c.delta_signal) for c in clients
+            ],
+            "client_eps_realised_gradient": [c.ledger.epsilon(c.delta_grad) for c in clients],
             "client_sigma_signal": [c.sigma_signal for c in clients],
             "filter_order": [c.filter.order for c in clients],
             "filter_budget_rdp": [c.filter.budget for c in clients],
@@ -229,7 +281,10 @@ class XCalFL(Method):
             "client_halted": [c.filter.halted for c in clients],
             "sigma_band": [1 - params["band"], 1 + params["band"]],
         }
-        by_accountant = {"rdp_sequential": max(per_client), "rdp_joint": max(joint)}
+        by_accountant = {
+            "rdp_filter": max(self.filter_epsilon(c) for c in clients),
+            "rdp_worst_sigma": max(self.worst_case_epsilon(c) for c in clients),
+        }
         noise = [float(min(sigmas)), float(max(sigmas))] if sigmas else []
         return by_accountant, noise, extra
 

@@ -27,13 +27,15 @@ import pandas as pd
 import torch
 from torch import nn
 
+from dpmed.checkpoint import Checkpoint
 from dpmed.config.wildcards import parse_eps
+from dpmed.data.npz import read_npz
 from dpmed.federated.averaging import weighted_mean
 from dpmed.io import write_csv, write_json, write_npz
 from dpmed.models import build_model, save_model
 from dpmed.models.classifiers import gradcam_layer
 from dpmed.privacy.dpsgd import wrap_per_sample
-from dpmed.runtime import Checkpoint, JobContext, Progress
+from dpmed.runtime import JobContext, Progress
 from dpmed.seeding import stable_seed
 from dpmed.xcal import evaluate as xcal_eval
 from dpmed.xcal.client import Client, ClientUpdate
@@ -42,7 +44,7 @@ from dpmed.xcal.privacy import privacy_record
 from dpmed.xcal.shifts import partition
 
 N_GRADCAM_EXAMPLES = 4
-ROUND_COLUMNS = ["round", "f1", "accuracy", "epsilon", "road", "seconds"]
+ROUND_COLUMNS = ["round", "f1", "accuracy", "epsilon", "eps_realised_reading", "road", "seconds"]
 
 
 @dataclass
@@ -85,7 +87,7 @@ def run(job: JobContext) -> dict:
     """Train one grid cell and write its outputs (module docstring); returns metrics.json."""
     device = job.start()
     fed = build_federation(job, device)
-    checkpoint = job.checkpoint()
+    checkpoint = job.checkpoint("xcal")
     history = resume(checkpoint, fed, device)
     rounds = job.params["rounds"]
     progress = Progress(run_label(job.wildcards), rounds, start=history.rounds_done)
@@ -108,9 +110,10 @@ def run_label(wildcards: dict[str, str]) -> str:
 
 
 def load_split(processed_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """Images uint8 (N, H, W, C) and labels int64 (N,) of one processed MedMNIST split."""
-    with np.load(Path(processed_dir) / f"{split}.npz", allow_pickle=False) as npz:
-        return npz["images"], npz["labels"]
+    """Images uint8 (N, H, W, C) and labels int64 (N,) of one processed MedMNIST split (a
+    corrupt file is a DataFormatError naming it)."""
+    arrays = read_npz(Path(processed_dir) / f"{split}.npz", ("images", "labels"))
+    return arrays["images"], arrays["labels"]
 
 
 def to_tensor(images: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -209,7 +212,9 @@ def resume(checkpoint: Checkpoint, fed: Federation, device: torch.device) -> His
     fed.net.load_state_dict(global_state)  # a run stopped after its last round evaluates these
     for client, client_state in zip(fed.clients, state["clients"], strict=True):
         client.load_state(client_state)
-    return History(global_state, state["rows"], state["elapsed"], state["last_road"])
+    history = History(global_state, state["rows"], state["elapsed"], state["last_road"])
+    print(f"resuming {checkpoint.path.parent} after round {history.rounds_done}", flush=True)
+    return history
 
 
 def checkpoint_state(fed: Federation, history: History) -> dict[str, Any]:
@@ -243,6 +248,7 @@ def train_round(fed: Federation, history: History, road_due: bool) -> dict[str, 
     fed.net.load_state_dict(history.global_state)
     scores = fed.evaluation.scores()
     cumulative = max(u.ledger["epsilon"] for u in updates) if fed.method.dp else None
+    realised = max(u.ledger["eps_realised_reading"] for u in updates) if fed.method.dp else None
     history.last_road = fed.evaluation.road() if road_due else None
     history.elapsed += time.perf_counter() - t0
     history.rows.append(
@@ -251,6 +257,7 @@ def train_round(fed: Federation, history: History, road_due: bool) -> dict[str, 
             "f1": scores["f1"],
             "accuracy": scores["accuracy"],
             "epsilon": cumulative,
+            "eps_realised_reading": realised,
             "road": history.last_road["combined"] if road_due else None,
             "seconds": history.elapsed,
         }

@@ -77,10 +77,10 @@ def targets(jobs: Sequence[Any]) -> list[str]:
     )
 
 
-def check_config(section: Mapping[str, Any], jobs: Sequence[Any]) -> None:
+def check_config(config: Mapping[str, Any], jobs: Sequence[Any]) -> None:
     """Config rules a schema cannot express: brightness low ≤ high; every preset method of
     the grid finds its preset in the job's `presets`."""
-    for where, params in param_sets(section):
+    for where, params in param_sets(config["xcal"]):
         if "brightness" in params:
             low, high = params["brightness"]
             if not low <= high:

@@ -5,11 +5,12 @@ sample std over seeds) per clip rule: no morphology, the fixed variant with the 
 *validation* Dice (its name on the bar), adaptive v1–v3 with the configured quantiles and the
 paper's batch scope, and, hatched, the per-image (sound, `-s`) variants where they ran.
 
-Fig. 12 (from history.csv and morph_log.csv): adaptive v2 runs (UNet++ if it has any), one
-column per clip rule, lowest seed. Top: mean thickness t̄_c of each retinal layer per epoch
-(pixels per image column) with the mean thresholds T_thin, T_thick. Bottom: validation Dice of
-each layer after the last epoch, coloured by the operation the policy assigned that layer most
-often in the last epoch.
+Fig. 12 (from the runs' diagnostics/history.csv and diagnostics/morph_log.csv, a non-private
+diagnostic: the morphology log is computed from training batches without noise): adaptive v2
+runs (UNet++ if it has any), one column per clip rule, lowest seed. Top: mean thickness t̄_c of
+each retinal layer per epoch (pixels per image column) with the mean thresholds T_thin,
+T_thick. Bottom: validation Dice of each layer after the last epoch, coloured by the operation
+the policy assigned that layer most often in the last epoch.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from dpmed.seg.morphology import (
 from dpmed.seg.report.ablation import clip_groups, plain_clip, setting_labels
 from dpmed.seg.report.labels import model_label, model_order
 from dpmed.seg.report.main import best_fixed, collect_runs
-from dpmed.seg.spec import clip_overrides
+from dpmed.seg.spec import HISTORY, MORPH_LOG, clip_overrides
 
 # Fig. 12 shows the paper's adaptive variant v2.
 LAYER_VARIANT = "adaptive-v2"
@@ -137,7 +138,7 @@ def _layer_runs(run_dirs: Iterable[str | Path]) -> tuple[str, list[tuple[dict, P
         wc = wildcards_from_path("seg", run_dir)
         plain = not clip_overrides(wc["clip"])
         if wc["dataset"] == RETINAL_DATASET and wc["morph"] == LAYER_VARIANT and plain:
-            if not pd.read_csv(Path(run_dir) / "morph_log.csv").empty:
+            if not pd.read_csv(Path(run_dir) / MORPH_LOG).empty:
                 found.append((wc, Path(run_dir)))
     models = [m for m in model_order() if any(wc["model"] == m for wc, _ in found)]
     if not models:
@@ -159,8 +160,8 @@ def layer_figure(run_dirs: Iterable[str | Path], png_path: str | Path) -> None:
     )
     layers = np.array(RETINAL_CLASSES)
     for col, (wc, run_dir) in enumerate(runs):
-        log = pd.read_csv(run_dir / "morph_log.csv")
-        history = pd.read_csv(run_dir / "history.csv")
+        log = pd.read_csv(run_dir / MORPH_LOG)
+        history = pd.read_csv(run_dir / HISTORY)
         top, bottom = axes[0, col], axes[1, col]
         for c in RETINAL_CLASSES:
             rows = log[log["class"] == c]

@@ -1,5 +1,6 @@
-"""Paper 002 Fig. 7: distributions of the per-step gradient cosine (alignment.csv) per clip rule,
-one panel per (dataset, model).
+"""Paper 002 Fig. 7: distributions of the per-step gradient cosine per clip rule, one panel per
+(dataset, model), from the runs' diagnostics/alignment.csv: a non-private diagnostic (the
+cosine of the un-noised clipped gradient sum).
 
 Paper layout: top row UNet++ on Duke, UMN, COVID-19; bottom row UNet on Duke and UMN, Inf-Net
 on COVID-19. Only the panels with runs are drawn (paper panels first, in that order, then any
