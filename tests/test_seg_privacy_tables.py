@@ -11,9 +11,9 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from opacus.accountants import RDPAccountant
 from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 
+from dpmed.privacy.accounting import ORDERS
 from dpmed.privacy.clipping import CLIP_RULES, SYMBOLS, ClipRule, private_rules
 from dpmed.privacy.record import PrivacyRecord
 from dpmed.report.privacy_summary import privacy_summary
@@ -116,7 +116,10 @@ def write(root, folder: str, record: PrivacyRecord) -> str:
 
 
 def opacus_eps(sigma: float, q: float, steps: int, delta: float = 1e-5) -> float:
-    orders = RDPAccountant.DEFAULT_ALPHAS
+    """Opacus' own RDP and conversion at the project's orders below 1000 (where Opacus' binomial
+    sum is finite; these optima are below 4). At σ = 0.18 the optimum is α = 1.0673, below
+    Opacus' default orders, whose ε is 525.30 at α = 1.1 instead of 472.10."""
+    orders = [a for a in ORDERS if a < 1000]
     eps, _ = get_privacy_spent(
         orders=orders, rdp=compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=orders),
         delta=delta,

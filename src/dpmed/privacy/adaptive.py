@@ -1,9 +1,9 @@
 """Per-client Rényi-DP ledger for heterogeneous noise, and the Rényi filter of XCal-FL.
 
 Every mechanism here is a Poisson-subsampled Gaussian (sample rate q, noise multiplier σ = noise
-std / L2 sensitivity). Its RDP curve ρ(α) at Opacus' default orders comes from Opacus'
-`compute_rdp`; RDP adds up over mechanisms (also adaptively chosen ones, Feldman & Zrnic 2021),
-and ε(δ) is Opacus' conversion `get_privacy_spent` (Balle et al. 2020, Thm 21):
+std / L2 sensitivity). Its RDP curve ρ(α) at the orders `accounting.ORDERS` (1.01 … 10^4) comes
+from `accounting.compute_rdp`; RDP adds up over mechanisms (also adaptively chosen ones, Feldman
+& Zrnic 2021), and ε(δ) is Opacus' conversion `get_privacy_spent` (Balle et al. 2020, Thm 21):
 ε = min_α [ρ(α) + c(α, δ)],  c(α, δ) = log((α−1)/α) − (log δ + log α)/(α − 1).
 
 The Rényi filter (paper 001 App. B) guards the gradient budget (ε_g, δ_g) at ONE order α* fixed
@@ -20,10 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from opacus.accountants import RDPAccountant
-from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
+from opacus.accountants.analysis.rdp import get_privacy_spent
 
-ORDERS: tuple[float, ...] = tuple(float(a) for a in RDPAccountant.DEFAULT_ALPHAS)
+from dpmed.privacy.accounting import ORDERS, compute_rdp
+
 BISECTION_STEPS = 40
 
 
