@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CORES  ?= 2
 
-.PHONY: demo test install clean-demo
+.PHONY: demo test test-slurm install clean-demo
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -30,6 +30,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# One smoke cell of each study through a real one-node SLURM cluster started on this machine
+# (needs root: installs slurmctld, slurmd, slurm-client and munge from Debian if missing).
+test-slurm: $(STAMP)
+	tests/slurm/local_cluster.sh
 
 clean-demo:
 	rm -rf data results logs benchmarks .snakemake

@@ -6,6 +6,7 @@ from pathlib import Path
 from dpmed.config.checks import check_config
 from dpmed.config.wildcards import wildcard_patterns
 from dpmed.data.registry import ARRAY_FILES, datasets_writing, processed_files
+from dpmed.job_cost import request as cost_request
 from dpmed.report.outputs import EXTS_OF_KEYWORD
 from dpmed.studies import STUDIES
 
@@ -28,6 +29,21 @@ FIG, TAB = (".png", ".pdf"), (".csv", ".md")
 
 wildcard_constraints:
     **wildcard_patterns(),
+
+
+def job_mem_mb(rule):
+    """`mem_mb` of a job of `rule`: sized from its settings by dpmed.job_cost, ×1.5 per retry."""
+    return lambda wildcards, attempt: _request(rule, wildcards, attempt).mem_mb
+
+
+def job_runtime(rule):
+    """`runtime` (minutes) of a job of `rule`: sized by dpmed.job_cost, ×2 per retry."""
+    return lambda wildcards, attempt: _request(rule, wildcards, attempt).runtime
+
+
+def _request(rule, wildcards, attempt):
+    hp = GRID.params(rule.partition("_")[0], wildcards)
+    return cost_request(rule, config, wildcards, hp, attempt, gpu=bool(GPU))
 
 
 def raw_folder(dataset):

@@ -31,8 +31,8 @@ rule fets_train:
     threads: TRAIN_THREADS
     resources:
         gpu=GPU,
-        mem_mb=32000,
-        runtime=1440,
+        mem_mb=job_mem_mb("fets_train"),
+        runtime=job_runtime("fets_train"),
     conda:
         CONDA_ENV
     script:

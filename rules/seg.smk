@@ -36,8 +36,8 @@ rule seg_train:
     threads: TRAIN_THREADS
     resources:
         gpu=GPU,
-        mem_mb=16000,
-        runtime=720,
+        mem_mb=job_mem_mb("seg_train"),
+        runtime=job_runtime("seg_train"),
     conda:
         CONDA_ENV
     script:
@@ -64,8 +64,8 @@ rule seg_attack:
     threads: TRAIN_THREADS
     resources:
         gpu=GPU,
-        mem_mb=8000,
-        runtime=30,
+        mem_mb=job_mem_mb("seg_attack"),
+        runtime=job_runtime("seg_attack"),
     conda:
         CONDA_ENV
     script:

@@ -36,8 +36,8 @@ rule xcal_train:
     threads: TRAIN_THREADS
     resources:
         gpu=GPU,
-        mem_mb=16000,
-        runtime=720,
+        mem_mb=job_mem_mb("xcal_train"),
+        runtime=job_runtime("xcal_train"),
     conda:
         CONDA_ENV
     script:

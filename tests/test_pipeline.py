@@ -1,6 +1,7 @@
 """The whole pipeline as one product: a second full smoke run is byte-identical,
 editing one ε reruns only its cells and what reads them, SLURM dry-runs show every GPU job's
-resources, and the HTML report holds every table and figure."""
+resources sized from its settings (and every smoke job peaked below its request), and the
+HTML report holds every table and figure."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, SMOKE_CONFIG, run_snakemake
+from snakemake.utils import update_config
 
 pytestmark = pytest.mark.slow
 
@@ -107,17 +109,62 @@ def test_editing_block_params_reruns_that_block_for_changed_params(smoke_run, tm
     assert all(job["reason"].startswith("Params have changed") for job in trained)
 
 
-def test_slurm_dry_run_shows_resources_of_every_gpu_job(tmp_path):
+def dry_run_requests(tmp_path: Path, *config: str) -> list[dict[str, str]]:
+    """The training and attack jobs of a SLURM dry run, each with its resources as a dict."""
     result = run_snakemake(
-        "-n", "--profile", str(REPO / "profiles" / "slurm"), "--directory", str(tmp_path)
+        "-n", "--profile", str(REPO / "profiles" / "slurm"), "--directory", str(tmp_path), *config
     )
     jobs = [job for job in planned_jobs(result.stdout) if job["rule"] in TRAINING_RULES]
-    assert {job["rule"] for job in jobs} == set(TRAINING_RULES)
     for job in jobs:
-        resources = dict(item.split("=", 1) for item in job["resources"].split(", "))
+        job["resources"] = dict(item.split("=", 1) for item in job["resources"].split(", "))
+        job["wildcards"] = dict(item.split("=", 1) for item in job["wildcards"].split(", "))
+    return jobs
+
+
+def test_slurm_dry_run_requests_follow_the_config(tmp_path):
+    from dpmed import job_cost
+    from dpmed.config.checks import check_config, load_config_file
+
+    paper = dry_run_requests(tmp_path / "paper")
+    assert {job["rule"] for job in paper} == set(TRAINING_RULES)
+    config = load_config_file(REPO / "config" / "config.yaml")
+    grid = check_config(config, REPO / "config" / "schema.yaml")
+    for job in paper:
+        resources, wc = job["resources"], job["wildcards"]
         assert resources["gpu"] == "1", job
-        assert int(resources["mem_mb"]) >= 8000 and int(resources["runtime"]) >= 30, job
         assert resources["slurm_partition"] == "<gpu-partition>", job
+        study = job["rule"].partition("_")[0]
+        want = job_cost.request(job["rule"], config, wc, grid.params(study, wc), gpu=True)
+        assert (int(resources["mem_mb"]), int(resources["runtime"])) == (
+            want.mem_mb, want.runtime), job  # fmt: skip
+    # The smoke grid on a cluster asks for what its jobs need: every job, fets included,
+    # fits a 22 GB node (a constant 32 GB request for fets_train could not be submitted).
+    smoke = dry_run_requests(tmp_path / "smoke", "--configfile", str(SMOKE_CONFIG),
+                             "--config", "device=auto")  # fmt: skip
+    assert {job["rule"] for job in smoke} == set(TRAINING_RULES)
+    assert max(int(job["resources"]["mem_mb"]) for job in smoke) <= 16000
+
+
+def test_every_smoke_job_peaked_below_its_memory_request(smoke_run):
+    from dpmed import job_cost
+    from dpmed.config.checks import check_config, load_config_file
+    from dpmed.config.grid import wildcards_from_path
+
+    config = load_config_file(REPO / "config" / "config.yaml")
+    update_config(config, yaml.safe_load(SMOKE_CONFIG.read_text()))
+    grid = check_config(config, REPO / "config" / "schema.yaml")
+    checked = 0
+    for rule in TRAINING_RULES:
+        study = rule.partition("_")[0]
+        for tsv in sorted((smoke_run / "benchmarks" / rule).rglob("*.tsv")):
+            run = tsv.relative_to(smoke_run / "benchmarks" / rule).with_suffix("")
+            wc = wildcards_from_path(study, f"results/{study}/{run}")
+            header, values = tsv.read_text().splitlines()[:2]
+            peak = float(dict(zip(header.split("\t"), values.split("\t"), strict=True))["max_rss"])
+            want = job_cost.request(rule, config, wc, grid.params(study, wc))
+            assert peak <= want.mem_mb, (rule, run, peak, want)
+            checked += 1
+    assert checked >= 60  # every training and attack job of the smoke grid
 
 
 def test_report_holds_every_table_and_figure(smoke_run):

@@ -2,65 +2,145 @@
 
     from dpmed.fets.openfl_adapter import fets_dp_simagg
     aggregation_function = fets_dp_simagg(epsilon0=1.0, delta0=1e-5, clip_norm=100.0,
-                                          mode="paper")   # or mode="sound"
+                                          mode="sound")   # or mode="paper"
     run_challenge_experiment(aggregation_function=aggregation_function, ...)
 
-The returned callable has the challenge's signature `(local_tensors, tensor_db, tensor_name,
-fl_round, collaborators_chosen_each_round, collaborator_times_per_round) -> np.ndarray`, where
-`local_tensors` items carry `.col_name`, `.tensor` and `.weight`.
+The challenge wraps it in its privileged `CustomAggregationWrapper`, so OpenFL's
+`TensorDB.get_aggregated_tensor` calls it once per trained tensor with `(local_tensors, tensor_db,
+tensor_name, fl_round, collaborators_chosen_each_round, collaborator_times_per_round)`:
+`tensor_db` is the aggregator's TensorDB table (columns tensor_name, origin, round, report,
+tags, nparray) and `local_tensors` items carry `.col_name`, `.tensor` and `.weight`.
 
-By default the noise of every release comes from fresh OS entropy (`secure_generator` in
-`dpmed.privacy.mechanisms`), so nobody can regenerate and subtract it. Pass `seed` only to
-reproduce a run (tests, simulations): the noise is then a function of (seed, fl_round[,
-tensor_name]) and anyone who knows the seed can remove it.
+On a round's first call both modes read the round from that table by exact key
+(`openfl_fetch_round`; docs/openfl.md lists the keys OpenFL 1.9 writes), never through
+`TensorDB.search`, which falls back to other rounds' rows when nothing matches. They raise
+unless there is exactly one row per (chosen collaborator, model tensor) and the rows are the
+tensors OpenFL passed. A site whose OpenFL stores rounds differently passes its own
+`fetch_round(tensor_db, fl_round, collaborators) -> (global: {name: array}, local:
+{collaborator: {name: array}})`.
 
 - `mode="paper"`: Algorithm 1 on each tensor as it is called (with a seed, noise seeded by
   (seed, fl_round, tensor_name), so the call order does not matter).
 - `mode="sound"`: clipping is joint over the whole-model update, which one per-tensor call
-  cannot see. On the first call of a round the adapter reads the round's complete state from
-  `tensor_db` (OpenFL `TensorDB.search`): the global model as rows with origin 'aggregator',
-  tags ('model',), and each chosen collaborator's trained tensors as rows with origin = the
-  collaborator, tags ('trained', collaborator); it aggregates the round once (sound DP-SimAgg,
-  Δf = 2C, one mechanism) and answers every tensor of that round from the cache. A site whose
-  OpenFL version tags tensors differently passes its own `fetch_round(tensor_db, fl_round,
-  collaborators) -> (global: {name: array}, local: {collaborator: {name: array}})`.
+  cannot see: the first call of a round aggregates the round once (`Server.aggregate`, Δf = 2C,
+  one mechanism) and every tensor of the round is answered from that result.
+
+By default the noise of every release comes from fresh OS entropy (`secure_generator` in
+`dpmed.privacy.mechanisms`), so nobody can regenerate and subtract it. Pass `seed` only to
+reproduce a run (tests, simulations): anyone who knows the seed can remove the noise.
+
+Each round's privacy record (the simulation's rounds.csv privacy columns plus mode, ε0, δ0, C
+and noise source) is kept in `.records` and logged at INFO on this module's logger, once per
+round in sound mode and after every tensor in paper mode.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import json
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from dpmed.fets import aggregation as agg
-from dpmed.fets.aggregation import AGGREGATORS
-from dpmed.fets.server import Server, ServerConfig, noise_generator
+from dpmed.fets.aggregation import AGGREGATORS, DP_MODES
+from dpmed.fets.privacy import round_columns
+from dpmed.fets.server import RoundMechanisms, Server, ServerConfig, noise_generator
+from dpmed.privacy.mechanisms import noise_source
 
-AggregationFunction = Callable[..., np.ndarray]
-RoundFetcher = Callable[[Any, int, Sequence[str]], tuple[dict, dict]]
+logger = logging.getLogger(__name__)
+
+Tensors = dict[str, np.ndarray]
+RoundFetcher = Callable[[Any, int, Sequence[str]], tuple[Tensors, dict[str, Tensors]]]
+
+COLUMNS = ("tensor_name", "origin", "round", "report", "tags", "nparray")
+MODEL_TAGS = ("model",)
+# A collaborator's trained tensor as `Aggregator._process_named_tensor` stores it, before its
+# name is added: lossless uploads, with or without delta (the delta is applied and its tag
+# removed), and lossy ones.
+TRAINED_TAGS = (("trained",), ("lossy_decompressed", "trained"))
+
+
+def collaborator_tags(tags: Sequence[str], collaborator: str) -> tuple[str, ...]:
+    """OpenFL's `change_tags(tags, add_field=collaborator)`: the tag set, sorted."""
+    return tuple(sorted({*tags, collaborator}))
+
+
+def _table(tensor_db: Any) -> pd.DataFrame:
+    """The aggregator's TensorDB table: what a privileged wrapper passes, or a TensorDB."""
+    frame = getattr(tensor_db, "tensor_db", tensor_db)
+    if not isinstance(frame, pd.DataFrame) or not set(COLUMNS) <= set(frame.columns):
+        raise TypeError(
+            "DP-SimAgg reads each round from the aggregator's TensorDB table (columns "
+            f"{', '.join(COLUMNS)}), which OpenFL passes to privileged aggregation functions "
+            f"such as the challenge's CustomAggregationWrapper; got {type(tensor_db).__name__}"
+        )
+    return frame
+
+
+def _aggregator_origin(rows: pd.DataFrame, fl_round: int) -> str:
+    """The aggregator's uuid: the one origin of the round's global-model rows (the aggregator
+    stores every tensor it holds, collaborators' uploads included, under its own uuid)."""
+    is_model = np.array([tuple(t) == MODEL_TAGS for t in rows["tags"]], dtype=bool)
+    origins = sorted({str(o) for o in rows["origin"][is_model]})
+    if len(origins) != 1:
+        raise ValueError(
+            f"round {fl_round}: the global model's rows (tags {MODEL_TAGS}, report False) have "
+            f"origins {origins}, expected one, the aggregator's uuid; name it with "
+            "fetch_round=functools.partial(openfl_fetch_round, origin=...)"
+        )
+    return origins[0]
 
 
 def openfl_fetch_round(
-    tensor_db: Any, fl_round: int, collaborators: Sequence[str]
-) -> tuple[dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]:
-    """Global and local tensors of round `fl_round` from an OpenFL TensorDB (see module doc)."""
-    frame = tensor_db.search(fl_round=fl_round, tags=("model",), origin="aggregator")
-    global_state = {row.tensor_name: np.asarray(row.nparray) for row in frame.itertuples()}
+    tensor_db: Any, fl_round: int, collaborators: Sequence[str], origin: str | None = None
+) -> tuple[Tensors, dict[str, Tensors]]:
+    """Round `fl_round`'s global model and each collaborator's trained tensors, read from an
+    OpenFL 1.9 aggregator's TensorDB table by exact key (tensor_name, origin, round, report
+    False, tags); `origin` is the aggregator's uuid, by default found from the round's
+    global-model rows. Raises unless each key has exactly one row."""
+    frame = _table(tensor_db)
+    rows = frame[(frame["round"] == fl_round) & ~frame["report"].astype(bool)]
+    origin = _aggregator_origin(rows, fl_round) if origin is None else origin
+    rows = rows[rows["origin"] == origin]
+    found: dict[tuple[str, tuple[str, ...]], list[Any]] = {}
+    for name, tags, value in zip(rows["tensor_name"], rows["tags"], rows["nparray"], strict=True):
+        found.setdefault((str(name), tuple(tags)), []).append(value)
+
+    def one(name: str, options: Sequence[tuple[str, ...]]) -> np.ndarray:
+        hits = [value for tags in options for value in found.get((name, tags), [])]
+        if len(hits) != 1:
+            keys = " or ".join(f"({name!r}, {origin!r}, {fl_round}, False, {t})" for t in options)
+            raise ValueError(f"round {fl_round}: {len(hits)} rows with key {keys}, expected 1")
+        return np.asarray(hits[0])
+
+    names = [name for name, tags in found if tags == MODEL_TAGS]
+    if not names:
+        raise ValueError(f"round {fl_round}: no global model rows with origin {origin!r}")
+    global_state = {name: one(name, [MODEL_TAGS]) for name in names}
     local = {}
     for col in collaborators:
-        rows = tensor_db.search(fl_round=fl_round, tags=("trained", col), origin=col)
-        local[col] = {row.tensor_name: np.asarray(row.nparray) for row in rows.itertuples()}
+        options = [collaborator_tags(tags, col) for tags in TRAINED_TAGS]
+        extra = sorted({name for name, tags in found if tags in options} - set(names))
+        if extra:
+            raise ValueError(f"round {fl_round}: {col!r} trained {extra}, not in the model")
+        local[col] = {name: one(name, options) for name in names}
     return global_state, local
 
 
-class _SoundRound:
-    """Per-round cache of the sound aggregate, filled on the round's first tensor call."""
+class DPSimAggFunction:
+    """A FeTS-challenge aggregation function: reads and checks each round's inputs on its first
+    call; `release` answers one tensor. `records` holds one privacy record per round."""
 
-    def __init__(self, server: Server, fetch: RoundFetcher) -> None:
-        self.server, self.fetch = server, fetch
+    def __init__(self, cfg: ServerConfig, fetch: RoundFetcher) -> None:
+        self.cfg, self.fetch = cfg, fetch
         self.round: int | None = None
-        self.result: dict[str, np.ndarray] = {}
+        self.weights: dict[str, float] = {}
+        self.global_state: Tensors = {}
+        self.local: dict[str, Tensors] = {}
+        self.records: list[dict[str, Any]] = []
 
     def __call__(
         self,
@@ -68,19 +148,99 @@ class _SoundRound:
         tensor_db: Any,
         tensor_name: str,
         fl_round: int,
-        collaborators_chosen_each_round: Mapping[int, Sequence[str]] | None = None,
+        collaborators_chosen_each_round: Any = None,
         collaborator_times_per_round: Any = None,
     ) -> np.ndarray:
-        if self.round != fl_round or tensor_name not in self.result:
-            weights = {t.col_name: float(t.weight) for t in local_tensors}
-            chosen = list(weights)
-            global_state, local = self.fetch(tensor_db, fl_round, chosen)
-            missing = [c for c in chosen if set(local[c]) != set(global_state)]
-            if missing:
-                raise ValueError(f"round {fl_round}: tensors of {missing} do not match the model")
-            triples = [(c, local[c], weights[c]) for c in chosen]
-            self.result, _ = self.server.aggregate(global_state, triples, fl_round)
+        weights = {t.col_name: float(t.weight) for t in local_tensors}
+        if self.round != fl_round:
+            self.round = None  # until the new round is read, checked and started
+            self.global_state, self.local = self.fetch(tensor_db, fl_round, list(weights))
+            self.weights = weights
+            self._check(local_tensors, weights, tensor_name, fl_round)
+            self.start_round(fl_round)
             self.round = fl_round
+        else:
+            self._check(local_tensors, weights, tensor_name, fl_round)
+        return self.release(local_tensors, tensor_name, fl_round)
+
+    def _check(
+        self, local_tensors: Sequence[Any], weights: dict, tensor_name: str, fl_round: int
+    ) -> None:
+        """What OpenFL passed must be what was read: same collaborators, weights and values."""
+        if weights != self.weights:
+            raise ValueError(f"round {fl_round}: collaborators/weights {weights} != {self.weights}")
+        if tensor_name not in self.global_state:
+            raise ValueError(f"round {fl_round}: {tensor_name!r} is not in the global model")
+        for t in local_tensors:
+            read = self.local[t.col_name][tensor_name]
+            if not np.array_equal(np.asarray(t.tensor), read, equal_nan=True):
+                raise ValueError(
+                    f"round {fl_round}: {t.col_name!r}'s {tensor_name!r} in tensor_db is not "
+                    "the tensor OpenFL passed"
+                )
+
+    def start_round(self, fl_round: int) -> None:
+        """Called once per round after its inputs are read and checked."""
+
+    def release(self, local_tensors: Sequence[Any], tensor_name: str, fl_round: int) -> np.ndarray:
+        """The noisy aggregate of one tensor."""
+        raise NotImplementedError
+
+    def _record(self, fl_round: int, mech: RoundMechanisms) -> None:
+        """Keeps and logs the round's privacy record (replacing the round's previous one)."""
+        cfg = self.cfg
+        record = {
+            "round": int(fl_round),
+            "mode": cfg.dpmode,
+            "guarantee": DP_MODES[cfg.dpmode].guarantee,
+            "epsilon0": cfg.epsilon0,
+            "delta0": cfg.delta0,
+            "clip_norm": cfg.clip_norm,
+            "collaborators": len(self.weights),
+            "noise_source": noise_source(cfg.seed),
+            **round_columns(cfg, fl_round + 1, mech),  # OpenFL counts rounds from 0
+        }
+        if cfg.dpmode == "sound":
+            record["calibration"] = cfg.sound_calibration
+        if self.records and self.records[-1]["round"] == record["round"]:
+            self.records[-1] = record
+        else:
+            self.records.append(record)
+        logger.info("DP-SimAgg round record: %s", json.dumps(record, default=float))
+
+
+class _Paper(DPSimAggFunction):
+    """Algorithm 1 per tensor; the round's record counts every tensor released so far."""
+
+    def start_round(self, fl_round: int) -> None:
+        self.infos: list[agg.MechanismInfo] = []
+
+    def release(self, local_tensors: Sequence[Any], tensor_name: str, fl_round: int) -> np.ndarray:
+        cfg = self.cfg
+        out, info = agg.dp_simagg_paper_tensor(
+            [np.asarray(t.tensor) for t in local_tensors],
+            [float(t.weight) for t in local_tensors],
+            tensor_name, cfg.clip_norm, cfg.epsilon0, cfg.delta0,
+            noise_generator(cfg.seed, fl_round, tensor_name),
+        )  # fmt: skip
+        self.infos.append(info)
+        sigmas = [i.sigma for i in self.infos]
+        self._record(fl_round, RoundMechanisms(
+            len(self.infos), max(i.delta_f for i in self.infos), max(sigmas), min(sigmas),
+            min(i.noise_multiplier for i in self.infos),
+        ))  # fmt: skip
+        return out
+
+
+class _Sound(DPSimAggFunction):
+    """Sound DP-SimAgg on the whole round, aggregated on the round's first call."""
+
+    def start_round(self, fl_round: int) -> None:
+        triples = [(c, self.local[c], w) for c, w in self.weights.items()]
+        self.result, mech = Server(self.cfg).aggregate(self.global_state, triples, fl_round)
+        self._record(fl_round, mech)
+
+    def release(self, local_tensors: Sequence[Any], tensor_name: str, fl_round: int) -> np.ndarray:
         return self.result[tensor_name]
 
 
@@ -93,31 +253,12 @@ def fets_dp_simagg(
     seed: int | None = None,
     distance: str = "l2",
     fetch_round: RoundFetcher = openfl_fetch_round,
-) -> AggregationFunction:
+) -> DPSimAggFunction:
     """A FeTS-challenge aggregation function running DP-SimAgg in `mode` paper or sound; noise
     from OS entropy unless `seed` is given (reproducible, not for deployment)."""
-    if mode == "paper":
-
-        def dp_simagg_paper(
-            local_tensors: Sequence[Any],
-            tensor_db: Any,
-            tensor_name: str,
-            fl_round: int,
-            collaborators_chosen_each_round: Any = None,
-            collaborator_times_per_round: Any = None,
-        ) -> np.ndarray:
-            rng = noise_generator(seed, fl_round, tensor_name)
-            out, _ = agg.dp_simagg_paper_tensor(
-                [np.asarray(t.tensor) for t in local_tensors],
-                [float(t.weight) for t in local_tensors],
-                tensor_name, clip_norm, epsilon0, delta0, rng,
-            )  # fmt: skip
-            return out
-
-        return dp_simagg_paper
-    if mode == "sound":
-        cfg = ServerConfig("dp_simagg", "sound", epsilon0, delta0, clip_norm, distance,
-                           calibration, seed)  # fmt: skip
-        return _SoundRound(Server(cfg), fetch_round)
-    known = ", ".join(AGGREGATORS["dp_simagg"].modes)
-    raise ValueError(f"unknown DP-SimAgg mode '{mode}' (known: {known})")
+    if mode not in AGGREGATORS["dp_simagg"].modes:
+        known = ", ".join(AGGREGATORS["dp_simagg"].modes)
+        raise ValueError(f"unknown DP-SimAgg mode '{mode}' (known: {known})")
+    cfg = ServerConfig("dp_simagg", mode, epsilon0, delta0, clip_norm, distance, calibration,
+                       seed)  # fmt: skip
+    return (_Sound if mode == "sound" else _Paper)(cfg, fetch_round)

@@ -1,0 +1,186 @@
+"""Fit the job cost model of `dpmed.job_cost`: run the real training and attack rules at several
+sizes, read each job's peak RSS and wall seconds from its Snakemake benchmark file, and fit the
+per-rule coefficients by non-negative least squares. Writes src/dpmed/job_cost.json (the
+coefficients, the measured points and what the fit predicts for each) and prints one line per
+point: measured vs predicted peak MB and wall seconds.
+
+    PYTHONPATH=src python bench/job_cost.py            # about 20 minutes on 2 cores
+    PYTHONPATH=src python bench/job_cost.py --rules fets_train
+
+Every point is one cell of the smoke config with sizes overridden (image size, width, batch,
+patch, volume, model, ROAD sample); the smallest points have the smoke config's sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import yaml
+from scipy.optimize import nnls
+from snakemake.utils import update_config
+
+from dpmed import job_cost
+from dpmed.config.checks import check_config, load_config_file
+from dpmed.studies import STUDIES
+
+REPO = Path(__file__).resolve().parents[1]
+SEG_MODELS = ("unet", "unetpp", "lfunet", "infnet")
+KNOWN = ("host", "device")  # memory terms of known size (MB), not fitted
+XCAL_MODELS = ("resnet18", "efficientnet_b0")
+
+
+def smoke() -> dict:
+    config = load_config_file(REPO / "config" / "config.yaml")
+    update_config(config, yaml.safe_load((REPO / "config" / "smoke.yaml").read_text()))
+    return config
+
+
+def seg_point(model: str, size: int, width: int, batch: int) -> tuple[dict, dict]:
+    edit = {
+        "data": {"duke": {"size": [size, size]}},
+        "seg": {"defaults": {"width": width, "batch_size": batch, "epochs": 1, "depth": 3},
+                "grid": [{"datasets": ["duke"], "models": [model], "clips": ["flat"],
+                          "morphs": ["none"], "eps": [10], "seeds": [0]}]},
+    }  # fmt: skip
+    wc = {"dataset": "duke", "model": model, "clip": "flat", "morph": "none", "eps": "10",
+          "seed": "0"}  # fmt: skip
+    return edit, wc
+
+
+def fets_point(filters: int, patch: int, shape: list[int]) -> tuple[dict, dict]:
+    edit = {
+        "data": {"fets": {"synthetic": {"shape": shape}}},
+        "fets": {"defaults": {"base_filters": filters, "patch_size": [patch] * 3, "rounds": 2},
+                 "grid": [{"aggregators": ["dp_simagg"], "dpmodes": ["sound"], "eps": [10],
+                           "seeds": [0]}]},
+    }  # fmt: skip
+    return edit, {"aggregator": "dp_simagg", "dpmode": "sound", "eps": "10", "seed": "0"}
+
+
+def xcal_point(model: str, size: int, scale: float, road: int = 16) -> tuple[dict, dict]:
+    edit = {
+        "data": {"bloodmnist": {"size": size}},
+        "xcal": {"defaults": {"width_scale": scale, "road_subsample": road},
+                 "grid": [{"datasets": ["bloodmnist"], "models": [model], "methods": ["static"],
+                           "shifts": ["iid"], "clients": [3], "eps": [5], "seeds": [0]}]},
+    }  # fmt: skip
+    wc = {"dataset": "bloodmnist", "model": model, "method": "static", "shift": "iid",
+          "clients": "3", "eps": "5", "seed": "0"}  # fmt: skip
+    return edit, wc
+
+
+def points() -> dict[str, list[tuple[dict, dict]]]:
+    """study → (config edit, wildcards) of every measured cell."""
+    sizes = ((32, 4, 8), (128, 16, 8), (64, 8, 16))  # image side, width, batch
+    seg = [seg_point(m, s, w, b) for m in SEG_MODELS for s, w, b in sizes]
+    return {
+        "seg": seg,
+        "fets": [
+            fets_point(4, 16, [32, 32, 24]),
+            fets_point(8, 32, [48, 48, 40]),
+            fets_point(8, 16, [64, 64, 48]),
+            fets_point(4, 24, [56, 56, 40]),
+        ],  # fmt: skip
+        "xcal": [xcal_point(m, s, k) for m in XCAL_MODELS for s, k in ((28, 0.125), (64, 0.5))]
+        + [xcal_point(m, 64, 0.5, road=60) for m in XCAL_MODELS],
+    }
+
+
+# The last file each study's cell writes: a seg attack needs the training, so one run of the
+# seg cell measures both seg rules.
+TARGETS = {"seg": "attack.json", "fets": "privacy.json", "xcal": "privacy.json"}
+
+
+def measure(study: str, edit: dict, wc: dict) -> tuple[dict, dict[str, tuple[float, float]]]:
+    """Run one cell of `study` in a fresh folder: (resolved config, rule → (peak MB, wall s)).
+    The requests are set on the command line: the model being fitted does not run its own
+    points."""
+    config = smoke()
+    update_config(config, copy.deepcopy(edit))
+    run = STUDIES[study].path.format(**wc)
+    measured = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / "config.yaml").write_text(yaml.safe_dump(config))
+        subprocess.run(
+            [sys.executable, "-m", "snakemake", f"{run}/{TARGETS[study]}",
+             "--snakefile", str(REPO / "Snakefile"), "--directory", str(work),
+             "--configfile", str(work / "config.yaml"), "--cores", "2", "--quiet", "all",
+             "--set-resources",
+             *(f"{r}:{k}=1" for r in job_cost.RULES for k in ("mem_mb", "runtime"))],
+            check=True, cwd=REPO,
+        )  # fmt: skip
+        for rule, (rule_study, *_) in job_cost.RULES.items():
+            tsv = work / f"benchmarks/{rule}/{run.removeprefix(f'results/{study}/')}.tsv"
+            if rule_study == study and tsv.exists():
+                header, values = tsv.read_text().splitlines()[:2]
+                row = dict(zip(header.split("\t"), values.split("\t"), strict=True))
+                measured[rule] = (float(row["max_rss"]), float(row["s"]))
+    check_config(config, REPO / "config" / "schema.yaml")
+    return config, measured
+
+
+def fit(rows: list[dict], kind: str) -> dict[str, float]:
+    """NNLS coefficients of the fitted features of `kind` (the known terms subtracted first)."""
+    names = sorted({n for r in rows for n in r[kind] if n not in KNOWN})
+    a = np.array([[r[kind].get(n, 0.0) for n in names] for r in rows])
+    b = np.array([r["measured"][kind] - sum(r[kind].get(n, 0.0) for n in KNOWN) for r in rows])
+    scale = np.maximum(a.max(axis=0), 1e-12)  # column scaling for a well-posed NNLS
+    x, _ = nnls(a / scale, b)
+    return {n: float(v / s) for n, v, s in zip(names, x, scale, strict=True)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rules", nargs="*", default=list(job_cost.RULES))
+    args = parser.parse_args()
+    out = job_cost.COEFFICIENTS_FILE
+    saved = json.loads(out.read_text()) if out.exists() else {"rules": {}}
+    rows: dict[str, list[dict]] = {rule: [] for rule in args.rules}
+    for study in dict.fromkeys(job_cost.RULES[rule][0] for rule in args.rules):
+        for edit, wc in points()[study]:
+            config, measured = measure(study, edit, wc)
+            hp = check_config(config, REPO / "config" / "schema.yaml").params(study, wc)
+            for rule in (r for r in args.rules if r in measured):
+                mem, time = job_cost.features(rule, config, wc, hp)
+                peak, seconds = measured[rule]
+                rows[rule].append({"wildcards": wc, "edit": edit, "mem": mem, "time": time,
+                                   "measured": {"mem": peak, "time": seconds}})  # fmt: skip
+                print(f"{rule} {wc}: {peak:.0f} MB, {seconds:.1f} s", flush=True)
+        for rule in (r for r in args.rules if job_cost.RULES[r][0] == study):  # saved per study
+            saved["rules"][rule] = {
+                "mem": fit(rows[rule], "mem"),
+                "time": fit(rows[rule], "time"),
+                "points": rows[rule],
+            }
+        saved["measured_on"] = {
+            "date": datetime.date.today().isoformat(),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, no GPU",
+            "python": platform.python_version(),
+        }
+        out.write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n")
+    job_cost.coefficients.cache_clear()
+    print(f"\n{'rule':<11} {'cell':<46} {'peak MB':>8} {'pred':>7} {'s':>7} {'pred':>7}")
+    for rule in args.rules:
+        for row in saved["rules"][rule]["points"]:
+            cost = job_cost.predict(rule, row["mem"], row["time"])
+            mem, sec = cost.host_mb + cost.compute_mb, cost.seconds
+            cell = "/".join(row["wildcards"].values())
+            print(
+                f"{rule:<11} {cell:<46} {row['measured']['mem']:8.0f} {mem:7.0f}"
+                f" {row['measured']['time']:7.1f} {sec:7.1f}"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,305 @@
+"""What a training or attack job asks the scheduler for: memory (MB) and time (minutes), from
+the job's settings, so a smoke job asks for what a smoke job needs and a paper job for what a
+paper job needs.
+
+Each rule has a linear cost model over a few workload features computed from the config
+(`features`): peak memory = Σ coefficient × memory feature, wall time = Σ coefficient × time
+feature. The coefficients are fitted by non-negative least squares on peaks and times measured
+by running the real job scripts at several sizes on CPU (`bench/job_cost.py`, which writes
+`job_cost.json` beside this module with the measured points). Memory has fitted terms (the
+interpreter and libraries, `const`; activations per model, `act_*`) and terms whose size is
+known exactly: `host` (the arrays a job holds, host-side model states) and `device` (weights,
+gradients, optimiser moments and DP-SGD's per-sample gradients).
+
+SLURM's `--mem` is host memory. A CPU job asks for all of it; a job that asks for a GPU keeps
+activations and gradients on the device, so it asks for the host part plus `CUDA_HOST_MB` for
+the CUDA libraries, and `python -m dpmed.job_cost` prints the compute part as an upper bound of
+its GPU memory (measured on CPU). The request adds a margin: `MEM_MARGIN` × the predicted peak
+(at least `MEM_FLOOR_MB`) and `TIME_MARGIN` × the predicted time plus `TIME_FLOOR_MIN`. A GPU
+job divides its CPU-measured time by `resources.gpu_speedup` (an assumption, not a
+measurement: no GPU was at hand when the model was fitted), and no request exceeds
+`resources.max_runtime`. A retry asks for `MEM_GROWTH`^(attempt−1) more memory and
+`TIME_GROWTH`^(attempt−1) more time; a job cut off by its time limit resumes from its
+checkpoint. `resources.<rule>.mem_scale` / `runtime_scale` scale one rule for a site.
+
+To see what a grid asks for, with the config files merged as `--configfile` merges them onto
+config/config.yaml:
+
+    python -m dpmed.job_cost [FILE ...]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dpmed.config.grid import Grid
+
+COEFFICIENTS_FILE = Path(__file__).with_name("job_cost.json")
+MEM_MARGIN = 1.5  # × predicted peak RSS
+TIME_MARGIN = 2.0  # × predicted wall time
+TIME_FLOOR_MIN = 10  # minutes added to every request (start-up, scheduling, file system)
+MEM_FLOOR_MB = 2000
+CUDA_HOST_MB = 3000  # host memory of the CUDA runtime, cuDNN and cuBLAS in a torch process
+MEM_GROWTH = 1.5  # per retry
+TIME_GROWTH = 2.0  # per retry
+MB = 1e6
+FLOAT = 4  # bytes of a float32
+# Classes and input channels the studies build their networks with (no data read at DAG time).
+SEG_CLASSES = {"duke": 9, "umn": 2, "covidct": 2}  # labels incl. background
+SEG_ARCHITECTURE = ("width", "depth", "deep_supervision", "backbone_weights")
+XCAL_CLASSES = {"bloodmnist": (8, 3), "pneumoniamnist": (2, 1), "dermamnist": (7, 3)}
+FETS_CLASSES, FETS_CHANNELS, FETS_SUBJECTS, FETS_PARTITIONS = 4, 4, 1251, 33
+
+
+@dataclass(frozen=True)
+class Request:
+    """A job's request: host memory in MB and runtime in minutes (Snakemake `mem_mb`,
+    `runtime`); for a GPU job also `gpu_mb`, the compute part of its CPU-measured peak with
+    the same margin, an upper bound of the GPU memory it needs (0 for a CPU job)."""
+
+    mem_mb: int
+    runtime: int
+    gpu_mb: int = 0
+
+
+@cache
+def parameter_count(model: str, **arguments: Any) -> int:
+    """Trainable parameters of registry model `model` built with `arguments` (built once per
+    distinct architecture; torch is imported only here)."""
+    from dpmed.models import build_model, model_arguments
+
+    net = build_model(model, **model_arguments(model, arguments))
+    return sum(p.numel() for p in net.parameters() if p.requires_grad)
+
+
+def _seg_images(data: Mapping[str, Any], dataset: str) -> tuple[int, int]:
+    """(all images, training images) of a seg dataset, from its `synthetic` sizes (the real
+    datasets' sizes in config/config.yaml) and its split."""
+    syn = data[dataset]["synthetic"]
+    if dataset == "duke":
+        total = syn["n_subjects"] * syn["n_annotated"]
+    elif dataset == "umn":
+        total = syn["n_subjects"] * syn["n_bscans"]
+    else:
+        total = syn["n_slices"]
+    return total, max(1, math.floor(total * data[dataset]["split"][0]))
+
+
+def _seg(config: Mapping[str, Any], wc: Mapping[str, str], hp: Mapping[str, Any]) -> dict:
+    dataset, model = wc["dataset"], wc["model"]
+    height, width = config["data"][dataset]["size"]
+    pixels = height * width
+    total, train = _seg_images(config["data"], dataset)
+    architecture = {key: hp[key] for key in SEG_ARCHITECTURE if key in hp}
+    params = parameter_count(model, in_channels=1, n_classes=SEG_CLASSES[dataset], **architecture)
+    batch, private = hp["batch_size"], wc["clip"] != "none"
+    work = pixels * hp["width"] ** 2 / 1e9
+    return {
+        "mem": {
+            "const": 1.0,
+            f"act_{model}": batch * pixels * hp["width"] / MB,
+            "host": total * pixels * (FLOAT + 8) / MB,  # images (float32) and masks (int64)
+            # per-sample gradients and their clipped copy, weights, gradient, two Adam moments
+            "device": ((2 * batch if private else 0) + 4) * params * FLOAT / MB,
+        },
+        "time": {"const": 1.0, f"work_{model}": hp["epochs"] * (train + total) * work},
+        # the attack only scores the trained model: its weights, no gradients
+        "attack_mem": {
+            "const": 1.0,
+            f"act_{model}": batch * pixels * hp["width"] / MB,
+            "host": total * pixels * (FLOAT + 8) / MB,
+            "device": params * FLOAT / MB,
+        },
+        "attack_time": {"const": 1.0, f"work_{model}": total * work},
+    }
+
+
+def _fets(config: Mapping[str, Any], wc: Mapping[str, str], hp: Mapping[str, Any]) -> dict:
+    data = config["data"]["fets"]
+    subjects = max(FETS_PARTITIONS * 2, FETS_SUBJECTS * data["synthetic"]["subjects_scale"])
+    chosen = max(1, math.ceil(hp["participation"] * FETS_PARTITIONS))
+    per_partition = subjects / FETS_PARTITIONS
+    patch = math.prod(hp["patch_size"])
+    volume = math.prod(data["synthetic"]["shape"])
+    params = parameter_count(
+        "resunet3d", in_channels=FETS_CHANNELS, n_classes=FETS_CLASSES,
+        base_filters=hp["base_filters"], depth=hp["depth"], norm=hp["norm"],
+    )  # fmt: skip
+    f2 = hp["base_filters"] ** 2 / 1e9
+    train = per_partition * (1 - data["val_fraction"]) * hp["patches_per_subject"] * patch
+    val = per_partition * data["val_fraction"] * volume
+    return {
+        "mem": {
+            "const": 1.0,
+            "act_patch": hp["batch_size"] * patch * hp["base_filters"] / MB,
+            "act_volume": volume * hp["base_filters"] / MB,  # sliding-window validation
+            # every chosen collaborator's update and the server's states (float64), one subject
+            "host": (chosen + 6) * params * 8 / MB + volume * (FETS_CHANNELS + 1) * FLOAT / MB,
+            "device": 4 * params * FLOAT / MB,  # weights, gradient, two optimiser moments
+        },
+        "time": {
+            "const": 1.0,
+            "train": hp["rounds"] * chosen * hp["local_epochs"] * train * f2,
+            "val": hp["rounds"] * chosen * val * f2,
+        },
+    }
+
+
+def _xcal(config: Mapping[str, Any], wc: Mapping[str, str], hp: Mapping[str, Any]) -> dict:
+    dataset, model = wc["dataset"], wc["model"]
+    data = config["data"][dataset]
+    classes, channels = XCAL_CLASSES[dataset]
+    pixels = data["size"] ** 2
+    counts = data["synthetic"]["counts"]
+    params = parameter_count(
+        model, in_channels=channels, n_classes=classes, width_scale=hp["width_scale"],
+        image_size=data["size"],
+    )  # fmt: skip
+    batch, clients = hp["batch_size"], int(wc["clients"])
+    private = wc["method"] != "nondp"
+    scale = hp["width_scale"]
+    road_rounds = math.ceil(hp["rounds"] / hp["road_every"])
+    per_image = pixels * scale**2 / 1e9  # convolution work grows with pixels × width²
+    return {
+        "mem": {
+            "const": 1.0,
+            f"act_{model}": batch * pixels * scale / MB,
+            # the images (float32) and every client's model state
+            "host": (sum(counts) * pixels * channels + 2 * clients * params) * FLOAT / MB,
+            # per-sample gradients and their clipped copy, weights, gradient, momentum
+            "device": ((2 * batch if private else 0) + 4) * params * FLOAT / MB,
+        },
+        "time": {
+            "const": 1.0,
+            f"work_{model}": hp["rounds"] * hp["local_epochs"] * sum(counts) * per_image,
+            "road": road_rounds * hp["road_subsample"] * len(hp["road_percentages"]) * per_image,
+        },
+    }
+
+
+# rule → (study, feature function, its memory and time features)
+RULES: dict[str, tuple[str, Callable[..., dict], str, str]] = {
+    "seg_train": ("seg", _seg, "mem", "time"),
+    "seg_attack": ("seg", _seg, "attack_mem", "attack_time"),
+    "fets_train": ("fets", _fets, "mem", "time"),
+    "xcal_train": ("xcal", _xcal, "mem", "time"),
+}
+
+
+def features(
+    rule: str, config: Mapping[str, Any], wildcards: Mapping[str, str], hp: Mapping[str, Any]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """(memory features, time features) of one job of `rule`."""
+    _, function, mem_key, time_key = RULES[rule]
+    values = function(config, wildcards, hp)
+    return values[mem_key], values[time_key]
+
+
+@cache
+def coefficients() -> dict[str, Any]:
+    """The fitted coefficients per rule (`bench/job_cost.py` writes them)."""
+    return json.loads(COEFFICIENTS_FILE.read_text())
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A job's predicted peak on the measuring machine: host MB (interpreter, libraries, data,
+    host-side states), compute MB (activations, gradients, per-sample gradients: host memory on
+    a CPU, device memory on a GPU) and wall seconds on its CPU."""
+
+    host_mb: float
+    compute_mb: float
+    seconds: float
+
+
+def predict(rule: str, mem: Mapping[str, float], time: Mapping[str, float]) -> Cost:
+    """The fitted model's prediction. A feature the fit has no coefficient for (a model that
+    was not measured) takes the largest coefficient of its kind, so it is never priced at 0."""
+    fitted = coefficients()["rules"][rule]
+
+    def coefficient(kind: str, name: str) -> float:
+        coef = fitted[kind]
+        if name in coef:
+            return coef[name]
+        prefix = name.split("_")[0] + "_"
+        return max(v for k, v in coef.items() if k.startswith(prefix))
+
+    act = sum(coefficient("mem", n) * v for n, v in mem.items() if n.startswith("act_"))
+    return Cost(
+        host_mb=coefficient("mem", "const") + mem["host"],
+        compute_mb=act + mem["device"],
+        seconds=sum(coefficient("time", n) * v for n, v in time.items()),
+    )
+
+
+def request(
+    rule: str,
+    config: Mapping[str, Any],
+    wildcards: Mapping[str, str],
+    hp: Mapping[str, Any],
+    attempt: int = 1,
+    gpu: bool = False,
+) -> Request:
+    """The memory and runtime `rule` asks for on `attempt` (1 for the first try)."""
+    cost = predict(rule, *features(rule, config, wildcards, hp))
+    settings = config.get("resources", {})
+    scale = settings.get(rule, {})
+    seconds, mem, gpu_mb = cost.seconds, cost.host_mb + cost.compute_mb, 0
+    if gpu:
+        gpu_mb = math.ceil(MEM_MARGIN * cost.compute_mb)
+        seconds /= float(settings.get("gpu_speedup", 1.0))
+        mem = cost.host_mb + CUDA_HOST_MB
+    mem_mb = max(MEM_FLOOR_MB, MEM_MARGIN * mem) * float(scale.get("mem_scale", 1.0))
+    minutes = (TIME_MARGIN * seconds / 60 + TIME_FLOOR_MIN) * float(scale.get("runtime_scale", 1.0))
+    minutes *= TIME_GROWTH ** (attempt - 1)
+    return Request(
+        mem_mb=math.ceil(mem_mb * MEM_GROWTH ** (attempt - 1)),
+        runtime=math.ceil(min(minutes, float(settings.get("max_runtime", math.inf)))),
+        gpu_mb=gpu_mb,
+    )
+
+
+def grid_requests(config: Mapping[str, Any], grid: Grid) -> Counter[tuple[str, Request]]:
+    """How many jobs of `grid` (expanded from the validated `config`) ask for each (rule,
+    first-try request); jobs ask for a GPU unless the config pins the CPU, as in the rules."""
+    gpu = config["device"] != "cpu"
+    counts: Counter[tuple[str, Request]] = Counter()
+    for rule, (study, *_) in RULES.items():
+        for job in grid.jobs(study):
+            wc = dict(job.wildcards)
+            counts[rule, request(rule, config, wc, grid.params(study, wc), gpu=gpu)] += 1
+    return counts
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the distinct requests of the grid `FILE ...` gives (merged onto the default
+    config as Snakemake merges --configfile), largest first."""
+    from snakemake.utils import update_config
+
+    from dpmed.config.checks import REPO, check_config, load_config_file
+
+    config = load_config_file(REPO / "config" / "config.yaml")
+    for path in sys.argv[1:] if argv is None else argv:
+        update_config(config, load_config_file(path))
+    grid = check_config(config, REPO / "config" / "schema.yaml")
+    print(f"{'rule':<11} {'mem_mb':>7} {'runtime':>11} {'GPU MB (at most)':>16}  jobs")
+    ordered = sorted(
+        grid_requests(config, grid).items(), key=lambda kv: (kv[0][0], -kv[0][1].mem_mb)
+    )
+    for (rule, req), n in ordered:
+        gpu = str(req.gpu_mb) if req.gpu_mb else "-"
+        print(f"{rule:<11} {req.mem_mb:>7} {req.runtime:>7} min {gpu:>16}  {n}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Job requests follow the config: the cost model's arithmetic (margins, retries, site scales,
+GPU speed-up), the fitted coefficients cover every measured point, and smoke jobs ask for far
+less than paper jobs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+from conftest import REPO, SMOKE_CONFIG
+from snakemake.utils import update_config
+
+from dpmed import job_cost
+from dpmed.config.checks import check_config, load_config_file
+
+SCHEMA = REPO / "config" / "schema.yaml"
+
+
+def grid_of(smoke: bool, **edits):
+    config = load_config_file(REPO / "config" / "config.yaml")
+    if smoke:
+        update_config(config, yaml.safe_load(SMOKE_CONFIG.read_text()))
+    update_config(config, edits)
+    return config, check_config(config, SCHEMA)
+
+
+def requests(smoke: bool, **edits) -> dict[str, list[job_cost.Request]]:
+    """rule → the distinct first-try requests of its jobs in the grid."""
+    config, grid = grid_of(smoke, **edits)
+    out: dict[str, list[job_cost.Request]] = {}
+    for rule, request in job_cost.grid_requests(config, grid):
+        out.setdefault(rule, []).append(request)
+    return out
+
+
+@pytest.fixture
+def fitted(monkeypatch):
+    """Round-number coefficients, so requests can be computed by hand."""
+    rules = {
+        rule: {"mem": {"const": 500.0, "act_unet": 10.0, "act_unetpp": 30.0, "act_patch": 10.0,
+                       "act_volume": 1.0, "act_resnet18": 10.0},
+               "time": {"const": 6.0, "work_unet": 100.0, "work_unetpp": 300.0, "train": 1.0,
+                        "val": 1.0, "work_resnet18": 1.0, "road": 1.0}}
+        for rule in job_cost.RULES
+    }  # fmt: skip
+    monkeypatch.setattr(job_cost, "coefficients", lambda: {"rules": rules})
+    return rules
+
+
+def seg_job(model: str = "unet"):
+    config, grid = grid_of(True)
+    wc = {"dataset": "duke", "model": model, "clip": "flat", "morph": "none", "eps": "10",
+          "seed": "0"}  # fmt: skip
+    return config, wc, grid.params("seg", wc)
+
+
+def test_request_is_margin_times_prediction_and_grows_with_each_retry(fitted):
+    config, wc, hp = seg_job()
+    mem, time = job_cost.features("seg_train", config, wc, hp)
+    peak = 500.0 + 10.0 * mem["act_unet"] + mem["host"] + mem["device"]
+    seconds = 6.0 + 100.0 * time["work_unet"]
+    for attempt in (1, 2, 3):
+        got = job_cost.request("seg_train", config, wc, hp, attempt)
+        want_mem = max(job_cost.MEM_FLOOR_MB, 1.5 * peak) * 1.5 ** (attempt - 1)
+        want_min = (2.0 * seconds / 60 + job_cost.TIME_FLOOR_MIN) * 2.0 ** (attempt - 1)
+        assert got == job_cost.Request(math.ceil(want_mem), math.ceil(want_min))
+
+
+def test_site_scales_and_gpu_settings_change_only_their_rule(fitted):
+    config, wc, hp = seg_job()
+    base = job_cost.request("seg_train", config, wc, hp)
+    config["resources"] = {"gpu_speedup": 4.0, "seg_train": {"mem_scale": 2.0,
+                                                             "runtime_scale": 3.0}}  # fmt: skip
+    scaled = job_cost.request("seg_train", config, wc, hp)
+    mem, time = job_cost.features("seg_train", config, wc, hp)
+    seconds = 6.0 + 100.0 * time["work_unet"]
+    peak = 500.0 + 10.0 * mem["act_unet"] + mem["host"] + mem["device"]
+    assert base.mem_mb == math.ceil(max(job_cost.MEM_FLOOR_MB, 1.5 * peak))
+    assert scaled.mem_mb == math.ceil(2 * max(job_cost.MEM_FLOOR_MB, 1.5 * peak))
+    assert scaled.runtime == math.ceil(3 * (2 * seconds / 60 + job_cost.TIME_FLOOR_MIN))
+    on_gpu = job_cost.request("seg_train", config, wc, hp, gpu=True)
+    assert on_gpu.runtime == math.ceil(3 * (2 * seconds / 4.0 / 60 + job_cost.TIME_FLOOR_MIN))
+    # On a GPU, activations and gradients live on the device: the host asks for the rest.
+    host = 500.0 + mem["host"] + job_cost.CUDA_HOST_MB
+    assert on_gpu.mem_mb == math.ceil(2 * max(job_cost.MEM_FLOOR_MB, 1.5 * host))
+    config["resources"]["max_runtime"] = 7
+    assert job_cost.request("seg_train", config, wc, hp, attempt=3).runtime == 7
+    assert job_cost.request("seg_attack", config, wc, hp) != scaled  # other rules untouched
+
+
+def test_a_model_without_a_fitted_coefficient_is_priced_as_the_dearest(fitted):
+    config, wc, hp = seg_job("lfunet")
+    mem, time = job_cost.features("seg_train", config, wc, hp)
+    assert "act_lfunet" in mem and "act_lfunet" not in fitted["seg_train"]["mem"]
+    cost = job_cost.predict("seg_train", mem, time)
+    assert cost.host_mb == pytest.approx(500.0 + mem["host"])
+    assert cost.compute_mb == pytest.approx(30.0 * mem["act_lfunet"] + mem["device"])
+    assert cost.seconds == pytest.approx(6.0 + 300.0 * time["work_lfunet"])
+
+
+def test_private_jobs_count_per_sample_gradients():
+    config, wc, hp = seg_job()
+    private, _ = job_cost.features("seg_train", config, wc, hp)
+    public, _ = job_cost.features("seg_train", config, {**wc, "clip": "none"}, hp)
+    params = job_cost.parameter_count("unet", in_channels=1, n_classes=9, width=hp["width"],
+                                      depth=hp["depth"])  # fmt: skip
+    per_sample = 2 * hp["batch_size"] * params * 4 / 1e6
+    assert private["device"] - public["device"] == pytest.approx(per_sample)
+    assert private["host"] == public["host"]
+
+
+def test_the_fit_covers_every_measured_peak_within_its_margin():
+    for rule, fitted in job_cost.coefficients()["rules"].items():
+        assert fitted["points"], rule
+        for point in fitted["points"]:
+            cost = job_cost.predict(rule, point["mem"], point["time"])
+            peak = cost.host_mb + cost.compute_mb
+            assert point["measured"]["mem"] <= job_cost.MEM_MARGIN * peak, (rule, point)
+
+
+def test_smoke_jobs_fit_a_small_node_and_ask_less_than_paper_jobs():
+    smoke = requests(True, device="auto")  # as on a cluster: GPU rules ask for a GPU
+    paper = requests(False)
+    for rule in job_cost.RULES:
+        small, large = smoke[rule], paper[rule]
+        assert max(r.mem_mb for r in small) <= 16000, rule  # a 22 GB test node takes them
+        assert max(r.mem_mb for r in small) < max(r.mem_mb for r in large), rule
+        # (the attack's time is the 10-minute floor at both scales)
+        assert max(r.runtime for r in small) <= max(r.runtime for r in large), rule
+        assert max(r.gpu_mb for r in small) < max(r.gpu_mb for r in large), rule
