@@ -43,8 +43,9 @@ def test_paper_grid_sizes_match_hand_count():
     # UMN, 4 C × 4 lr × 4 seeds).
     table2, sound, fig2 = 6 * 5 * 3, 3 * 4 * 3 * 3, 2 * 4 * 4 * 4
     assert len(grid.jobs("seg")) == duke + umn + covid + table2 + sound + fig2 == 1196
-    # fets: simagg, dp_simagg {paper, sound} × {1, 10}, fedavg, dp_fedavg sound × {1, 10}.
-    assert len(grid.jobs("fets")) == 1 + 4 + 1 + 2
+    # fets: simagg, dp_simagg {paper, sound} × {1, 10}, fedavg, dp_fedavg sound × {1, 10};
+    # three seeds each.
+    assert len(grid.jobs("fets")) == (1 + 4 + 1 + 2) * 3
     # xcal: 78 main + 12 centralized + 54 clients×shift + 60 ablation, minus the 6 + 12 cells
     # that blocks 3 and 4 share with block 1.
     assert len(grid.jobs("xcal")) == 78 + 12 + 54 + 60 - 6 - 12
@@ -271,3 +272,12 @@ def test_key_order_does_not_change_job_params(smoke):
             repr(job.params) for job in second.jobs(study)
         ]
     assert repr(smoke["data"]) == repr(reordered["data"])
+
+
+def test_paper_config_runs_at_least_three_seeds_per_seg_and_fets_block():
+    """Every block of the paper grids runs ≥ 3 seeds, so every table can give an interval over
+    seeds (xcal follows once its blocks are seeded likewise)."""
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    for study in ("seg", "fets"):
+        for index, block in enumerate(config[study]["grid"]):
+            assert len(set(block["seeds"])) >= 3, f"{study}.grid[{index}]"

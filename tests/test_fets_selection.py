@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
+from itertools import pairwise
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpmed.fets.selection import per_round, schedule, selection_frame
+from dpmed.fets.selection import Choice, per_round, schedule, selection_frame, sliding_window
 
 IDS = list(range(1, 34))
 
@@ -50,11 +52,61 @@ def test_sliding_window_draws_a_new_permutation_each_cycle_and_is_seeded():
                for col, f in zip(c.collaborators, c.in_cycle, strict=True) if f]  # fmt: skip
         orders.append(tuple(own))
     assert len(set(orders)) == 4
-    # The 6th window of a cycle has 3 from the permutation and 3 padding from the next one,
-    # which then open the next cycle (so they appear in two consecutive windows).
-    last, first = a[5], a[6]
+    # The 6th window of a cycle has 3 from the permutation and 3 padding: the first of the next
+    # permutation outside the window and outside the round before it.
+    before, last = a[4], a[5]
     assert last.in_cycle == (True,) * 3 + (False,) * 3
-    assert set(last.collaborators[3:]) <= set(first.collaborators)
+    nxt = [col for c in a if c.cycle == 1 for col, f in zip(c.collaborators, c.in_cycle,
+                                                            strict=True) if f]  # fmt: skip
+    free = [c for c in nxt if c not in last.collaborators[:3] + before.collaborators]
+    assert last.collaborators[3:] == tuple(free[:3])
+
+
+def _longest_runs(choices: list[Choice]) -> dict[int, int]:
+    """Per collaborator, the most consecutive rounds it is chosen in."""
+    longest: dict[int, int] = {}
+    current: dict[int, int] = {}
+    for choice in choices:
+        current = {c: current.get(c, 0) + 1 for c in choice.collaborators}
+        for c, n in current.items():
+            longest[c] = max(longest.get(c, 0), n)
+    return longest
+
+
+def test_sliding_window_never_keeps_a_collaborator_three_rounds_for_the_paper_setting():
+    """K = 33, m = 6 (ρ = 0.2), 100 seeds over 10 cycles: every collaborator's longest run of
+    consecutive rounds is at most 2 (paper 000 §III-C, "two consecutive windows")."""
+    for seed in range(100):
+        runs = _longest_runs(schedule(IDS, 0.2, 60, "sliding_window", seed))
+        assert sorted(runs) == IDS and max(runs.values()) <= 2, seed
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(2, 45), st.data(), st.integers(0, 2**31))
+def test_sliding_window_runs_at_most_two_rounds_whenever_2m_fits_in_k(k, data, seed):
+    """Any K and m with 2m ≤ K (m dividing K or not), over four cycles."""
+    m = data.draw(st.integers(1, k // 2), label="m")
+    rounds = 4 * -(-k // m) + 1
+    choices = sliding_window(list(range(k)), m, rounds, np.random.default_rng(seed))
+    assert max(_longest_runs(choices).values()) <= 2
+
+
+@pytest.mark.parametrize(("k", "m"), [(33, 6), (33, 11), (10, 3), (7, 3), (12, 6), (20, 4),
+                                      (9, 4), (5, 2)])  # fmt: skip
+def test_sliding_window_runs_for_fixed_k_and_m(k, m):
+    for seed in range(20):
+        choices = sliding_window(list(range(k)), m, 5 * -(-k // m), np.random.default_rng(seed))
+        assert max(_longest_runs(choices).values()) <= 2, (k, m, seed)
+
+
+@pytest.mark.parametrize(("k", "m"), [(10, 6), (7, 5), (9, 8)])
+def test_sliding_window_with_2m_above_k_reuses_as_few_as_possible(k, m):
+    """With 2m > K a padded window must take 2m − K of the previous window; no more."""
+    choices = sliding_window(list(range(k)), m, 12, np.random.default_rng(3))
+    for before, window in pairwise(choices):
+        pad = {c for c, own in zip(window.collaborators, window.in_cycle, strict=True) if not own}
+        if pad:
+            assert len(pad & set(before.collaborators)) == 2 * m - k
 
 
 def test_randomized_static_all():

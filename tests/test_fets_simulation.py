@@ -20,6 +20,7 @@ from dpmed.fets.brats import subject_scores
 from dpmed.fets.report import table2
 from dpmed.fets.run import run
 from dpmed.fets.spec import RUN_FILES, SPEC
+from dpmed.fets.timing import ConvergenceScore
 from dpmed.runtime import JobContext
 
 PARAMS = {
@@ -116,6 +117,14 @@ def test_outputs_and_privacy_of_a_sound_run(processed, tmp_path):
     assert (rounds["mechanisms"].iloc[1:] == 1).all()
     assert rounds["delta_f"].iloc[1] == pytest.approx(2 * 100.0 / 6)
     assert (rounds["sim_time_s"].diff().iloc[1:] > 0).all()
+    # As in the FeTS challenge, round r's time is scored at the Dice of the model round r started
+    # from (row r - 1, validated as the next round's first task); the final Dice is never scored.
+    score = ConvergenceScore()
+    started = zip(rounds["dice_mean_labels"].iloc[:-1], rounds["round_time_s"].iloc[1:],
+                  strict=True)  # fmt: skip
+    expected = [0.0, *(score.update(dice, t) for dice, t in started)]
+    assert rounds["convergence_score"].tolist() == pytest.approx(expected, rel=1e-12, abs=0)
+    assert metrics["convergence_score"] == rounds["convergence_score"].iloc[-1]
     priv = json.loads((tmp_path / "privacy.json").read_text())
     assert priv["guarantee"] == "dp" and priv["epsilon"] <= 3 * 1.0
     assert priv["epsilon"] == min(priv["epsilon_by_accountant"].values())
@@ -136,11 +145,40 @@ def test_hd95_rules_and_value():
     b = np.zeros_like(a)
     b[2:5, 2:5, 6:9] = True  # the same cube shifted by 4 voxels along z
     scores = subject_scores(np.where(a, 4, 0), np.where(b, 4, 0), with_hd95=True)
+    # Each cube has 26 surface voxels: faces 9 at distance 2 and 9 at 4, ring 8 at 3, per
+    # direction; the pooled 95th percentile (rank 0.95·51 = 48.45) is among the fours.
     assert scores["hd95_ET"] == pytest.approx(4.0)
+    assert (scores["hd95_empty_ET"], scores["hd95_both_empty_ET"]) == (0.0, 0.0)
     empty = subject_scores(np.zeros_like(a, int), np.where(b, 4, 0), with_hd95=True)
     assert empty["hd95_WT"] == pytest.approx(np.linalg.norm(a.shape))
+    assert (empty["hd95_empty_WT"], empty["hd95_both_empty_WT"]) == (1.0, 0.0)
     none = subject_scores(np.zeros_like(a, int), np.zeros_like(a, int), with_hd95=True)
     assert none["hd95_TC"] == 0.0
+    assert (none["hd95_empty_TC"], none["hd95_both_empty_TC"]) == (0.0, 1.0)
+
+
+def test_hd95_is_the_pooled_percentile_in_3d():
+    """A cube and the same cube with a 1-voxel spur: pooled 95th percentile (Eq. (3)), not the
+    larger one-way 95th percentile MONAI gives."""
+    a = np.zeros((12, 12, 16), dtype=bool)
+    a[3:6, 3:6, 3:6] = True  # 26 surface voxels
+    b = a.copy()
+    b[4, 4, 6:10] = True  # spur: (4, 4, 5) becomes interior of b
+    # a → b: 25 shared surface voxels at 0, (4, 4, 5) at 1. b → a: 25 at 0, spur 1, 2, 3, 4.
+    # Pooled, sorted: 50 zeros, 1, 1, 2, 3, 4; rank 0.95·54 = 51.3 → 1 + 0.3·(2 − 1).
+    scores = subject_scores(np.where(b, 1, 0), np.where(a, 1, 0), with_hd95=True)
+    assert scores["hd95_TC"] == pytest.approx(1.3)  # directed max: rank 0.95·28 = 26.6 → 2.6
+
+
+def test_hd95_reaches_metrics_and_table_ii(processed, tmp_path):
+    folder = tmp_path / SPEC.path.format(**WILDCARDS)
+    metrics = run(_job(processed, folder, params=dict(PARAMS, rounds=1, hd95=True)))
+    for region in ("ET", "TC", "WT"):
+        assert metrics[f"hd95_{region}"] >= 0.0
+        one, both = metrics[f"hd95_empty_{region}"], metrics[f"hd95_both_empty_{region}"]
+        assert 0.0 <= one <= 1.0 and 0.0 <= both <= 1.0 and one + both <= 1.0
+    table = table2([folder], tmp_path / "table2.csv")
+    assert table.loc[0, "hd95_WT"] == pytest.approx(metrics["hd95_WT"])
 
 
 def test_a_registered_toy_aggregator_runs_end_to_end(processed, tmp_path, monkeypatch):

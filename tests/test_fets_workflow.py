@@ -80,6 +80,11 @@ def test_tables_have_the_expected_rows(smoke):
 
 
 def test_figures_exist(smoke):
-    for name in ("fets_fig1_patients_per_institution", "fets_fig3_selection", "fets_fig4_rounds"):
+    for name in (
+        "fets_fig1_patients_per_institution",
+        "fets_fig2_modalities",
+        "fets_fig3_selection",
+        "fets_fig4_rounds",
+    ):
         for ext in (".png", ".pdf"):
             assert (smoke / "results/figures" / f"{name}{ext}").stat().st_size > 1000

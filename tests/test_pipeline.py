@@ -187,8 +187,11 @@ def test_report_holds_every_table_and_figure(smoke_run):
 
 
 def test_every_privacy_record_says_what_it_covers(smoke_run):
-    """Every run's privacy.json names what its guarantee covers and what beside it does not;
-    a `not_covered` entry that names a file of the run folder names one that exists."""
+    """Every run's privacy.json names what its guarantee covers and what beside it does not,
+    and its dataset's privacy unit; a `not_covered` entry that names a file of the run folder
+    names one that exists."""
+    from dpmed.data.registry import privacy_unit
+
     records = sorted((smoke_run / "results").glob("*/**/privacy.json"))
     assert {path.relative_to(smoke_run / "results").parts[0] for path in records} == {
         "seg", "fets", "xcal"
@@ -197,6 +200,8 @@ def test_every_privacy_record_says_what_it_covers(smoke_run):
         record = json.loads(path.read_text())
         assert isinstance(record["not_covered"], list) and record["not_covered"], path
         assert bool(record["covers"]) == (record["guarantee"] != "none"), path
+        study, dataset = path.relative_to(smoke_run / "results").parts[:2]
+        assert record["privacy_unit"] == privacy_unit("fets" if study == "fets" else dataset)
         for entry in record["not_covered"]:
             named = entry.split(":")[0].split(",")[0].split(" ")[0]
             if named.endswith((".csv", ".json", ".npz")) and "/" in named:

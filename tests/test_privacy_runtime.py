@@ -50,8 +50,10 @@ def test_privacy_record_rules(tmp_path):
         noise_multipliers=[1.2],
         covers="the released model weights",
     )
-    record.write(tmp_path / "privacy.json")
-    assert json.loads((tmp_path / "privacy.json").read_text())["epsilon"] == 3.0
+    record.write(tmp_path / "privacy.json", "duke")
+    written = json.loads((tmp_path / "privacy.json").read_text())
+    assert written["epsilon"] == 3.0
+    assert written["privacy_unit"].startswith("one annotated B-scan")
     with pytest.raises(ValueError, match="reasons"):
         PrivacyRecord("m", "a", "s", "basic", 20.0, 1e-5, "paper-approximation")
     with pytest.raises(ValueError, match="covers"):

@@ -1,4 +1,4 @@
-"""Segmentation metrics against closed forms (and MONAI's HD95 as a reference library)."""
+"""Segmentation metrics against closed forms (HD95 itself: tests/test_hd95.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
-from dpmed.metrics.segmentation import SegmentationScores, dice_per_class, hd95_pair, mae
+from dpmed.metrics.segmentation import SegmentationScores, dice_per_class, hd95, mae
 from dpmed.metrics.structure import e_measure_curve, mean_e_measure, s_measure
 
 
@@ -28,34 +27,27 @@ def test_hd95_closed_form_for_shifted_squares():
     a = np.zeros((20, 20), bool)
     a[5:10, 5:10] = True
     b = np.roll(a, 3, axis=1)
-    value, empty = hd95_pair(a, b)
-    assert value == pytest.approx(3.0) and not empty
-    assert hd95_pair(a, a) == (0.0, False)
+    # Per direction, sorted: 4 zeros, 5 ones, 2 twos, 5 threes; the pooled 95th percentile
+    # (rank 0.95·31 = 29.45) is among the threes.
+    assert hd95(a, b) == pytest.approx(3.0)
+    assert hd95(a, a) == 0.0
 
 
-def test_hd95_empty_prediction_gets_the_diagonal_and_is_counted():
-    gt = np.zeros((6, 8), bool)
-    gt[2:4, 2:4] = True
-    value, empty = hd95_pair(np.zeros_like(gt), gt)
-    assert value == pytest.approx(10.0) and empty
-    assert math.isnan(hd95_pair(np.zeros_like(gt), np.zeros_like(gt))[0])
-
-
-def test_hd95_matches_monai_on_random_blobs():
-    from monai.metrics import compute_hausdorff_distance
-
-    rng = np.random.default_rng(0)
-    for _ in range(5):
-        p = rng.random((24, 24)) > 0.7
-        g = rng.random((24, 24)) > 0.6
-        ours, _ = hd95_pair(p, g)
-        ref = compute_hausdorff_distance(
-            torch.from_numpy(p)[None, None].float(),
-            torch.from_numpy(g)[None, None].float(),
-            include_background=True,
-            percentile=95,
-        )
-        assert ours == pytest.approx(float(ref), rel=1e-5)  # MONAI works in float32
+def test_scores_count_empty_pairs_and_average_them_with_the_brats_values():
+    gt = np.zeros((3, 6, 8), int)
+    gt[0, 2:4, 2:4] = 1  # image 0: GT present, prediction empty → diagonal 10
+    gt[1, 2:4, 2:4] = 1  # image 1: perfect → 0
+    # image 2: both empty → 0
+    probs = np.zeros((3, 2, 6, 8))
+    probs[1, 1] = gt[1]
+    probs[:, 0] = 1 - probs[:, 1]
+    scores = SegmentationScores([1])
+    scores.update(probs, gt)
+    s = scores.summary()
+    assert s["hd95"] == pytest.approx(10.0 / 3)
+    assert s["hd95_per_class"] == {"1": pytest.approx(10.0 / 3)}
+    assert (s["hd95_empty"], s["hd95_both_empty"]) == (1, 1)
+    assert s["dice"] == pytest.approx(0.5)  # Dice skips the both-empty image
 
 
 def test_mae_closed_form():
@@ -79,7 +71,7 @@ def test_scores_average_over_images_and_classes():
     s = scores.summary()
     assert s["dice"] == pytest.approx(0.5)
     assert s["n_images"] == 2
-    assert s["hd95_empty"] == 0
+    assert (s["hd95_empty"], s["hd95_both_empty"]) == (0, 0)
 
 
 def test_s_measure_closed_forms():

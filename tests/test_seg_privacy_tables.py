@@ -111,7 +111,7 @@ def seg_record(clip: str, sigma: float, q: float, steps: int, clip_norm: float =
 
 def write(root, folder: str, record: PrivacyRecord) -> str:
     path = root / "results" / folder / "privacy.json"
-    record.write(path)
+    record.write(path, "duke")
     return str(path)
 
 

@@ -44,6 +44,7 @@ def _write(
         val_dice=dice if val is None else val,
         train_seconds=secs,
         hd95_empty=1,
+        hd95_both_empty=2,
         **extra,
     )
     path.write_text(json.dumps(body))
@@ -81,6 +82,7 @@ def test_main_table_means_and_stds_over_seeds(runs):
     assert first["dice_mean"] == pytest.approx(0.82)
     assert first["dice_std"] == pytest.approx(math.sqrt(2 * 0.02**2))  # ddof 1
     assert first["HD95"] == "7.0000 ± 1.4142"
+    assert (first["hd95_empty"], first["hd95_both_empty"]) == (2, 4)  # summed over seeds
     assert math.isnan(table.iloc[1]["dice_std"]) and table.iloc[1]["Dice"] == "0.7000 (n=1)"
     assert list(table["setting"]) == [
         "Non-private",

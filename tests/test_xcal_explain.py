@@ -129,6 +129,7 @@ def test_morf_with_a_perfect_attribution_scores_lower_than_with_a_random_one():
     bad = road(predict, images, random, p, seed=0)
     assert np.mean(good["morf"]) < np.mean(bad["morf"]) - 0.2
     assert good["combined"] > bad["combined"]
+    assert good["road"] > bad["road"] + 20  # the paper's ROAD: MoRF confidence drop in %
     assert good["base"] == pytest.approx(bad["base"])
 
 
@@ -148,6 +149,35 @@ def test_top_q_mask_and_signal_components():
     torch.testing.assert_close(
         balanced, (parts["logit_drop"] + parts["margin"] + parts["concentration"]) / 3
     )
+
+
+class MeanLogit(nn.Module):
+    """Logits (10 m, −10 m) of the image mean m, through a 1×1 conv Grad-CAM can hook: class 0's
+    map is the image itself, so its top-q region is the brightest pixels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Conv2d(1, 1, 1, bias=False)
+        self.fc = nn.Linear(1, 2, bias=False)
+        with torch.no_grad():
+            self.features.weight.fill_(1.0)
+            self.fc.weight.copy_(torch.tensor([[10.0], [-10.0]]))
+
+    def forward(self, x):
+        return self.fc(self.features(x).mean(dim=(2, 3)))
+
+
+def test_alpha_component_is_the_label_logit_change_under_masking():
+    # 10 × 10 images, q = 0.2: the top 20 pixels take the image mean. 10 bright pixels: mean 0.1
+    # before, 20 · 0.1 / 100 = 0.02 after → z_0 falls 1.0 → 0.2, a logit change of 0.8 (the
+    # probability change would be σ(2) − σ(0.4) ≈ 0.282). 20 bright pixels: 2.0 → 0.4, a change
+    # of 1.6, clipped to 1. A constant image is unchanged by the masking: 0.
+    x = torch.zeros(3, 1, 10, 10)
+    x[0].view(-1)[:10] = 1.0
+    x[1].view(-1)[:20] = 1.0
+    x[2] = 0.3
+    parts = components(MeanLogit(), "features", x, torch.zeros(3, dtype=torch.long), 0.2)
+    torch.testing.assert_close(parts["logit_drop"], torch.tensor([0.8, 1.0, 0.0]))
 
 
 def test_concentration_is_one_when_all_saliency_is_in_the_top_q_region():

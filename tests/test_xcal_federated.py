@@ -119,7 +119,14 @@ def test_private_runs_stay_within_the_target_and_write_every_output(small, tmp_p
     road = json.loads((out / "road.json").read_text())
     assert len(road["morf"]) == len(road["lerf"]) == 2 and road["subsample"] == 6
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["road"] == pytest.approx(road["combined"])
+    assert metrics["road"] == pytest.approx(road["road"])  # the paper's ROAD, %
+    assert rounds["road"].iloc[-1] == pytest.approx(road["road"])
+    assert metrics["road_combined"] == pytest.approx(road["combined"])
+    d_road, d_eps = rounds["road"].diff().iloc[-1], rounds["epsilon"].diff().iloc[-1]
+    if d_eps > 0:  # ΔROAD/Δε of the paper's ROAD (%); None where ε did not grow
+        assert metrics["road_per_eps"] == pytest.approx(d_road / d_eps)
+    else:
+        assert metrics["road_per_eps"] is None
     assert not (out / "checkpoint.pt").exists()
     assert load_model(out / "model.pt").fc.out_features == 8  # the final global ResNet-18
     if method == "xcal":

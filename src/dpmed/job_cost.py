@@ -126,7 +126,7 @@ def _seg(config: Mapping[str, Any], wc: Mapping[str, str], hp: Mapping[str, Any]
 def _fets(config: Mapping[str, Any], wc: Mapping[str, str], hp: Mapping[str, Any]) -> dict:
     data = config["data"]["fets"]
     subjects = max(FETS_PARTITIONS * 2, FETS_SUBJECTS * data["synthetic"]["subjects_scale"])
-    chosen = max(1, math.ceil(hp["participation"] * FETS_PARTITIONS))
+    chosen = max(1, math.floor(hp["participation"] * FETS_PARTITIONS + 1e-9))  # as selection
     per_partition = subjects / FETS_PARTITIONS
     patch = math.prod(hp["patch_size"])
     volume = math.prod(data["synthetic"]["shape"])

@@ -364,10 +364,28 @@ def patients_per_institution(processed_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["partition_id", "n_train", "n_val", "n_total"])
 
 
-def overview_panels(processed_dir: Path) -> list[Panel]:
-    """One panel: FLAIR axial slice (along Z) with most tumour voxels of the first val subject
-    (sorted id) that has tumour (else the middle slice of the first val subject), rescaled to
-    [0, 1] by the 1st/99th brain percentiles, with its 0/1/2/4 mask; rotated so anterior is up."""
+@dataclass(frozen=True)
+class AxialSlice:
+    """One axial slice (along Z) of a processed subject, rotated so anterior is up.
+
+    Args:
+        subject: the subject id.
+        z: the slice index in the cropped volume.
+        images: float32 (4, H, W) in [0, 1], channels `MODALITIES`, each rescaled by its own
+            1st/99th percentiles over the slice's brain voxels, 0 outside the brain.
+        label: (H, W) BraTS labels 0/1/2/4.
+    """
+
+    subject: str
+    z: int
+    images: np.ndarray
+    label: np.ndarray
+
+
+def tumour_slice(processed_dir: Path) -> AxialSlice:
+    """The axial slice with most tumour voxels of the first val subject (sorted id) that has
+    tumour (else the middle slice of the first val subject): the sample of the data overview
+    and of paper 000 Fig. 2."""
     frame = read_splits(processed_dir)
     val_ids = sorted(frame.loc[frame["split"] == "val", "subject_id"])
     if not val_ids:
@@ -381,11 +399,20 @@ def overview_panels(processed_dir: Path) -> list[Panel]:
             break
     image, label = load_subject(processed_dir, chosen)
     z = image.shape[3] // 2 if z is None else z
-    flair = np.asarray(image[MODALITIES.index("flair"), :, :, z], dtype=np.float32)
     brain = (np.asarray(image[:, :, :, z]) != 0).any(axis=0)
-    low, high = np.percentile(flair[brain], [1, 99]) if brain.any() else (0.0, 1.0)
-    if high <= low:
-        high = low + 1.0
-    shown = np.rot90(np.where(brain, scale_to_unit(flair, low, high), 0.0)).astype(np.float32)
-    mask = np.rot90(np.asarray(label[:, :, z])).copy()
-    return [Panel(f"FeTS 2022 {chosen} FLAIR z={z}", shown, mask, {1: "NCR", 2: "ED", 4: "ET"})]
+    shown = []
+    for channel in np.asarray(image[:, :, :, z], dtype=np.float32):
+        low, high = np.percentile(channel[brain], [1, 99]) if brain.any() else (0.0, 1.0)
+        if high <= low:
+            high = low + 1.0
+        shown.append(np.rot90(np.where(brain, scale_to_unit(channel, low, high), 0.0)))
+    images = np.stack(shown).astype(np.float32)
+    return AxialSlice(chosen, z, images, np.rot90(np.asarray(label[:, :, z])).copy())
+
+
+def overview_panels(processed_dir: Path) -> list[Panel]:
+    """One panel: the FLAIR image of `tumour_slice` with its 0/1/2/4 mask."""
+    view = tumour_slice(processed_dir)
+    flair = view.images[MODALITIES.index("flair")]
+    return [Panel(f"FeTS 2022 {view.subject} FLAIR z={view.z}", flair, view.label,
+                  {1: "NCR", 2: "ED", 4: "ET"})]  # fmt: skip

@@ -1,4 +1,5 @@
-"""ROAD: RemOve And Debias (Rong et al. 2022) with noisy linear imputation.
+"""ROAD: RemOve And Debias (Rong et al. 2022) with noisy linear imputation, scored as XCal-FL
+reports it (paper 001, "Pushing the (Decision) Boundaries", §6 "Model Explainability").
 
 Pixels are ranked by attribution (plus N(0, 1e-4²) noise to break ties); for a fraction p the
 top-p pixels (MoRF, most relevant first) or the bottom-p pixels (LeRF) are removed and imputed:
@@ -6,9 +7,14 @@ each removed pixel equals the weighted mean of its in-image 8-neighbours (weight
 1/12 diagonal, normalised over the neighbours that exist), all removed pixels solved jointly as
 one sparse linear system (the same matrix for every channel, factorised once), plus
 N(0, noise_std²) on the imputed values. The unchanged model then scores the imputed image by the
-softmax probability of the class it predicted on the original. Combined score =
-(mean_p LeRF − mean_p MoRF) / 2: higher = a more faithful attribution (removing the pixels it
-calls relevant hurts, removing the others does not).
+softmax probability ("confidence") of the class it predicted on the original.
+
+With c₀ the mean confidence on the originals and c(p) the mean on the images with fraction p
+removed, the confidence drop is 100 (c₀ − c(p)) / c₀ in % (relative to c₀; negative = the
+confidence rose). The paper's ROAD score is the MoRF drop: "confidence fell by over 80 % when
+the most salient regions were removed"; the paper gives no removal fractions, so ROAD here is
+the mean MoRF drop over the configured fractions. The older combined score
+(mean_p LeRF − mean_p MoRF) / 2 ∈ [−0.5, 0.5] (probability units) is kept beside it.
 """
 
 from __future__ import annotations
@@ -76,6 +82,11 @@ def removal_mask(attribution: np.ndarray, fraction: float, most_relevant: bool) 
     return mask.reshape(attribution.shape)
 
 
+def confidence_drop(base: float, curve: Sequence[float]) -> list[float]:
+    """100 (base − c) / base for each mean confidence c of `curve`: the drop in % of `base`."""
+    return [100.0 * (base - c) / base for c in curve]
+
+
 def road(
     predict: Callable[[np.ndarray], np.ndarray],
     images: np.ndarray,
@@ -84,11 +95,13 @@ def road(
     seed: int,
     noise_std: float = 0.01,
 ) -> dict:
-    """ROAD curves of `attributions` (N, H, W) for `images` (N, C, H, W) in [0, 1].
+    """ROAD of `attributions` (N, H, W) for `images` (N, C, H, W) in [0, 1].
 
     `predict` maps images (M, C, H, W) to softmax probabilities (M, K). Returns a dict with
-    `percentages`, `morf` and `lerf` (mean target-class probability per p), `base` (mean
-    probability on the original images) and `combined` = (mean lerf − mean morf) / 2.
+    `percentages` (removed fractions p), `base` (mean confidence c₀ on the originals), `morf`
+    and `lerf` (mean confidence c(p) per p), `morf_drop` and `lerf_drop` (confidence drop in %
+    per p), `road` = mean of `morf_drop` (the paper's ROAD, %) and `combined` =
+    (mean lerf − mean morf) / 2.
     """
     rng = np.random.default_rng(seed)
     images = np.asarray(images, dtype=np.float64)
@@ -106,11 +119,15 @@ def road(
             )
             out = predict(batch)
             curves[name].append(float(out[np.arange(len(target)), target].mean()))
-    combined = (float(np.mean(curves["lerf"])) - float(np.mean(curves["morf"]))) / 2
+    base = float(probs[np.arange(len(target)), target].mean())
+    morf_drop = confidence_drop(base, curves["morf"])
     return {
         "percentages": [float(p) for p in percentages],
+        "base": base,
         "morf": curves["morf"],
         "lerf": curves["lerf"],
-        "base": float(probs[np.arange(len(target)), target].mean()),
-        "combined": combined,
+        "morf_drop": morf_drop,
+        "lerf_drop": confidence_drop(base, curves["lerf"]),
+        "road": float(np.mean(morf_drop)),
+        "combined": (float(np.mean(curves["lerf"])) - float(np.mean(curves["morf"]))) / 2,
     }

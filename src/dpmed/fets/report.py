@@ -1,6 +1,6 @@
 """fets study outputs: Table II (+ the sound mode and baselines), the privacy table, Fig. 1
-(patients per institution), Fig. 3 (selection strategies) and Fig. 4 (Dice and convergence
-score per round).
+(patients per institution), Fig. 2 (the four MRI modalities with the tumour labels), Fig. 3
+(selection strategies) and Fig. 4 (Dice and convergence score per round).
 
 Tables are split by determinism: `fets_table2.csv` holds what the same config reproduces
 byte for byte (Dice, projected convergence score, simulated time, ε), `fets_resources.csv` the
@@ -18,14 +18,17 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.colors import ListedColormap
+from matplotlib.patches import Patch
 
 from dpmed.config.grid import wildcards_from_path
 from dpmed.config.wildcards import parse_eps
-from dpmed.data.fets import patients_per_institution
+from dpmed.data.fets import MODALITIES, patients_per_institution, tumour_slice
 from dpmed.fets import selection
 from dpmed.fets.aggregation import DP_MODES, aggregator_mode
 from dpmed.fets.brats import DICE_KEYS
 from dpmed.fets.privacy import COLUMNS as PRIVACY_COLUMNS
+from dpmed.report.intervals import t_interval
 from dpmed.report.style import save_figure, write_table
 
 
@@ -66,6 +69,7 @@ def table2(run_dirs: Sequence[str | Path], csv_path: str | Path) -> pd.DataFrame
             "sim_time_min": m["sim_time_s"] / 60.0,
             "convergence_score": m["convergence_score"],
             **{k: m[k] for k in DICE_KEYS},
+            **{k: v for k, v in m.items() if k.startswith("hd95_")},  # runs with hd95 on
             "dice_WT_round0": m["dice_WT_round0"],
             "eps_total_basic": by.get("basic", by.get("basic_per_tensor", np.nan)),
             "eps_total_rdp": by.get("rdp", by.get("rdp_per_tensor", np.nan)),
@@ -144,6 +148,42 @@ def figure1(processed_dir: str | Path, png_path: str | Path) -> None:
     save_figure(fig, png_path)
 
 
+# Fig. 2's modality names and label colours (the paper's: NCR green, ED yellow, ET blue).
+MODALITY_NAMES = {"t1": "T1", "t1ce": "T1ce (T1Gd)", "t2": "T2", "flair": "FLAIR"}
+LABEL_STYLE = {1: ("NCR (label 1)", "#4daf4a"), 2: ("ED (label 2)", "#ffff33"),
+               4: ("ET (label 4)", "#377eb8")}  # fmt: skip
+
+
+def figure2(processed_dir: str | Path, png_path: str | Path) -> None:
+    """Fig. 2: one axial slice of one validation subject (`dpmed.data.fets.tumour_slice`) in
+    the four modalities, plain (top row) and with the BraTS labels overlaid (bottom row).
+
+    Args:
+        processed_dir: the processed FeTS folder.
+        png_path: the figure (a .pdf is written next to it).
+    """
+    view = tumour_slice(Path(processed_dir))
+    index = np.zeros(view.label.shape, dtype=int)
+    for i, value in enumerate(LABEL_STYLE, start=1):
+        index[view.label == value] = i
+    cmap = ListedColormap(["#00000000"] + [colour for _, colour in LABEL_STYLE.values()])
+    fig, axes = plt.subplots(2, len(MODALITIES), figsize=(2.6 * len(MODALITIES), 5.6))
+    for column, (name, image) in enumerate(zip(MODALITIES, view.images, strict=True)):
+        top, bottom = axes[0, column], axes[1, column]
+        for ax in (top, bottom):
+            ax.imshow(image, cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+        bottom.imshow(index, cmap=cmap, vmin=0, vmax=len(LABEL_STYLE), alpha=0.6,
+                      interpolation="nearest")  # fmt: skip
+        top.set_title(f"({'ABCD'[column]}) {MODALITY_NAMES[name]}", fontsize=10)
+    fig.legend(handles=[Patch(color=c, label=label) for label, c in LABEL_STYLE.values()],
+               loc="lower center", ncol=len(LABEL_STYLE), frameon=False, fontsize=9)  # fmt: skip
+    fig.suptitle(f"FeTS 2022 {view.subject}, axial slice z={view.z}: the four modalities (top) "
+                 "and the tumour labels (bottom)", fontsize=10)  # fmt: skip
+    save_figure(fig, png_path)
+
+
 def figure3(
     selection_csv: str | Path,
     strategy: str,
@@ -193,16 +233,24 @@ def figure3(
 
 
 def figure4(run_dirs: Sequence[str | Path], png_path: str | Path) -> None:
-    """Fig. 4: Dice (WT, TC, ET, mean over labels) and projected convergence score per round."""
+    """Fig. 4: Dice (WT, TC, ET, mean over labels) and projected convergence score per round,
+    for each method the mean over its seeds with the 95 % t-interval as a band (no band for a
+    single seed)."""
     panels = [("dice_WT", "Dice WT"), ("dice_TC", "Dice TC"), ("dice_ET", "Dice ET"),
               ("dice_mean_labels", "mean Dice labels 0/1/2/4"),
               ("convergence_score", "projected convergence score")]  # fmt: skip
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.8))
+    methods: dict[str, list[pd.DataFrame]] = {}
     for run in _sorted_runs(run_dirs):
-        rounds = pd.read_csv(run / "rounds.csv")
-        label = method_label(run_key(run))
+        methods.setdefault(method_label(run_key(run)), []).append(pd.read_csv(run / "rounds.csv"))
+    for label, seeds in methods.items():
         for ax, (column, _) in zip(axes, panels, strict=True):
-            ax.plot(rounds["round"], rounds[column], marker="o", markersize=3, label=label)
+            per_round = pd.concat([r.set_index("round")[column] for r in seeds], axis=1)
+            bands = np.array([t_interval(row) for row in per_round.to_numpy()])
+            line = ax.plot(per_round.index, bands[:, 0], marker="o", markersize=3, label=label)
+            if len(seeds) > 1:
+                ax.fill_between(per_round.index, bands[:, 1], bands[:, 2], alpha=0.2,
+                                color=line[0].get_color(), linewidth=0)  # fmt: skip
     for ax, (_, title) in zip(axes, panels, strict=True):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("round")

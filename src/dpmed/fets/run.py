@@ -6,6 +6,12 @@ collaborator object); every collaborator validates the new global model on its o
 subjects and returns scores; the FeTS timing model gives the round's simulated time and the
 projected convergence score advances. Round 0 is the untrained model's validation.
 
+The convergence score is timed as in the FeTS challenge, where collaborators validate the
+global model they receive as the first task of the next round: round r's simulated time is
+paired with the Dice of the model round r started from (row r − 1: the untrained model for
+r = 1). So row r's score covers the Dice of rounds 0..r − 1, and the final model's Dice (row T)
+is reported but never scored, as the challenge never validates its last aggregate.
+
 Every round ends with a checkpoint; because every random draw is seeded from (seed, round,
 collaborator), a resumed run gives the same results as an uninterrupted one. Outputs in the job
 folder: rounds.csv (one row per round: chosen, round and cumulative simulated seconds, Dice,
@@ -200,16 +206,17 @@ def play_round(
     federation: Federation, server: Server, run: RunState, fl_round: int, seed: int
 ) -> RoundMechanisms | None:
     """Round `fl_round` (1-based): the chosen collaborators train, the server aggregates, the
-    timing model times the round and every collaborator validates the new model. Appends the
-    round's row to `run` and returns its mechanisms (None when non-private)."""
+    timing model times the round, the score adds that time at the Dice of the model the round
+    started from (the module docstring) and every collaborator validates the new model. Appends
+    the round's row to `run` and returns its mechanisms (None when non-private)."""
     chosen = [str(c) for c in federation.choices[fl_round - 1].collaborators]
     run.state, mech = aggregate_round(federation, server, run.state, chosen, fl_round, seed)
     times = timing.round_times(federation.profiles, federation.sizes, chosen,
                                federation.training.local_epochs, fl_round - 1)  # fmt: skip
     round_time = max(times.values())
     run.times.update({(fl_round, int(name)): t for name, t in times.items() if name in chosen})
+    projected = run.score.update(run.rows[-1]["dice_mean_labels"], round_time)
     val = federation.validate(run.state)
-    projected = run.score.update(val["dice_mean_labels"], round_time)
     run.rows.append({"round": fl_round, "chosen": ";".join(chosen), "round_time_s": round_time,
                      "sim_time_s": run.score.total_time, **val, "convergence_score": projected,
                      **privacy.round_columns(server.cfg, fl_round, mech)})  # fmt: skip
@@ -248,7 +255,7 @@ def write_outputs(
     last = rows[-1]
     rounds = int(job.params["rounds"])
     priv = privacy.privacy_record(cfg, rounds, last)
-    priv.write(out_dir / "privacy.json")
+    priv.write(out_dir / "privacy.json", "fets")
     write_json(out_dir / "resources.json", run_state.meter.report(float(last["sim_time_s"])))
     metrics = {
         **{k: last[k] for k in (*DICE_KEYS, "dice_mean_labels")},

@@ -4,10 +4,16 @@ All strategies choose m = max(1, ⌊ρK⌋) of K collaborators per round from a 
 independently of any data, so the choice itself leaks nothing:
 
 - `sliding_window` (the paper's): a fresh uniform permutation π_c per cycle c; round windows
-  read π_c[0:m], π_c[m:2m], …; a window that passes the end of π_c is filled with the first
-  collaborators of the next permutation π_{c+1} not already in it, and the next round starts
-  π_{c+1} from its beginning (so those few collaborators appear in two consecutive windows, as
-  the paper says). A cycle lasts ⌈K/m⌉ rounds and covers every collaborator once from π_c.
+  read π_c[0:m], π_c[m:2m], …; a window that passes the end of π_c is padded with the first
+  collaborators of the next permutation π_{c+1} that are neither in it nor in the previous
+  round's window, and the next round starts π_{c+1} from its beginning. A cycle lasts ⌈K/m⌉
+  rounds and covers every collaborator once from π_c. For 2m ≤ K (ρ ≤ 0.5) no collaborator is
+  in more than two consecutive windows (the paper's "two consecutive windows at cycle
+  boundaries"): a window is disjoint from the one before it unless it opens a cycle (its part
+  of π_c follows the previous block, its padding avoids that window, and K − m − r ≥ m − r
+  candidates remain for the m − r padding slots after a tail of r), and two consecutive
+  windows cannot both open a cycle. For 2m > K the padding must reuse 2m − K of the previous
+  window's collaborators.
 - `randomized`: one permutation drawn once and cycled: round t takes π[(t·m + j) mod K].
 - `static`: the first m collaborators of one permutation, every round.
 - `all`: every collaborator every round (ρ = 1 behaviour).
@@ -70,16 +76,19 @@ def schedule(
 
 @STRATEGIES.register("sliding_window")
 def sliding_window(ids: list[int], m: int, rounds: int, rng: np.random.Generator) -> list[Choice]:
-    """The paper's: windows of m over a fresh permutation per cycle, padded from the next."""
+    """The paper's: windows of m over a fresh permutation per cycle, padded from the next one
+    with collaborators outside the previous window first (see the module docstring)."""
     k = len(ids)
     perms = [[ids[i] for i in rng.permutation(k)]]
-    cycle, pos, out = 0, 0, []
+    cycle, pos, previous, out = 0, 0, (), []
     for t in range(rounds):
         own = perms[cycle][pos : pos + m]
         if len(perms) == cycle + 1:
             perms.append([ids[i] for i in rng.permutation(k)])
-        pad = [c for c in perms[cycle + 1] if c not in own][: m - len(own)]
+        free = [c for c in perms[cycle + 1] if c not in own]
+        pad = sorted(free, key=lambda c: c in previous)[: m - len(own)]  # stable: π order kept
         out.append(Choice(t + 1, cycle, tuple(own + pad), (True,) * len(own) + (False,) * len(pad)))
+        previous = out[-1].collaborators
         pos += m
         if pos >= k:
             cycle, pos = cycle + 1, 0

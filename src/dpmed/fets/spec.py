@@ -9,6 +9,7 @@ from typing import Any
 
 from dpmed.config.study import StudySpec, block_params, param_key
 from dpmed.config.wildcards import EPS_PATTERN
+from dpmed.data.registry import processed_files
 from dpmed.errors import ConfigError
 from dpmed.fets.aggregation import AGGREGATORS, DP_MODES
 from dpmed.registry import Registry
@@ -81,6 +82,16 @@ REPORTS.add(
         {"png_path": ("results/figures/fets_fig1_patients_per_institution", "fets_fig1")},
         "Fig. 1",
         inputs=lambda jobs: {"_splits": [SPLITS]},
+        params=lambda jobs, config: {"processed_dir": lambda wc: "data/processed/fets"},
+    ),
+)
+REPORTS.add(
+    "fets_figure2",
+    ReportOutput(
+        f"{_WRITERS}:figure2",
+        {"png_path": ("results/figures/fets_fig2_modalities", "fets_fig2")},
+        "Fig. 2",
+        inputs=lambda jobs: {"_processed": processed_files("fets")},
         params=lambda jobs, config: {"processed_dir": lambda wc: "data/processed/fets"},
     ),
 )

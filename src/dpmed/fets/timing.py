@@ -8,7 +8,10 @@ compute profile (validation + training) and a network profile (download + upload
 collaborator in order, draws download, n_val·t_val and, for trainers, n_train·epochs·t_train,
 a second n_val·t_val (validation of the local model) and upload — each draw max(1, N(mean, sd)).
 Round time = max over collaborators. The score uses MAX_SIMULATION_TIME = one week:
-AUC += best·round_time; projected = (AUC + (604800 − total_time)·best)/604800.
+AUC += best·round_time; projected = (AUC + (604800 − total_time)·best)/604800, where best is
+the best Dice of the global models validated so far. As there, a round's time is paired with the
+validation of the model the round started from (the aggregate of the round before, which the
+collaborators validate as their first task), so the last aggregate is never scored.
 """
 
 from __future__ import annotations
@@ -128,7 +131,8 @@ class ConvergenceScore:
     total_time: float = 0.0
 
     def update(self, score: float, round_time: float) -> float:
-        """Add one round (its validation score and simulated time); returns the projection."""
+        """Add one round: the validation score of the model it started from, and its simulated
+        time; returns the projection."""
         self.best = max(self.best, score)
         self.total_time += round_time
         self.auc += self.best * round_time

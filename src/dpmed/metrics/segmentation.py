@@ -2,16 +2,24 @@
 
 - Dice_{i,c} = 2|P∩G| / (|P| + |G|) on the argmax prediction. Empty-GT rule: when both P and G
   are empty the pair is undefined (NaN, skipped by the means); GT empty and P not → 0.
-- HD95_{i,c} (pixels): max of the two directed 95th percentiles of the distances from each
-  boundary pixel of one mask to the nearest boundary pixel of the other, the boundary being
-  mask XOR its binary erosion with the 4-connected cross (the definition of MONAI's
-  HausdorffDistanceMetric(percentile=95)).
-  Both empty → NaN (skipped). Exactly one empty → the image diagonal √(H²+W²), the worst
-  possible distance, and the pair is counted in `hd95_empty` (MONAI would return NaN/inf).
+- HD95 (`hd95`, paper 002 Eq. (3), the definition of medpy's `hd95`): the 95th percentile
+  (NumPy's linear interpolation) of the pooled surface distances of both directions, i.e. of
+  the distances from every surface pixel of P to the nearest surface pixel of G together with
+  those from every surface pixel of G to the nearest surface pixel of P. Not the larger of
+  the two one-way 95th percentiles (MONAI's `compute_hausdorff_distance(percentile=95)`),
+  which is usually larger (by several pixels when one mask has a thin spur). The surface of a
+  mask is the mask XOR its binary erosion with the face-connected cross (4-connected in 2D,
+  6-connected in 3D), outside the array counting as background, so mask pixels on the array
+  border are surface (MONAI and medpy use the same surface). Units: pixels / voxels, or
+  physical units with `spacing`.
+- Empty masks (the BraTS/FeTS challenge rule, used by every study): both empty → 0 (absence
+  predicted correctly); exactly one empty → the array diagonal √Σ(nᵢ·spacingᵢ)², a bound on
+  every distance inside the array (seg: √(H²+W²) pixels). Both cases enter the means;
+  `SegmentationScores` counts them (`hd95_empty`: exactly one empty, `hd95_both_empty`: both).
 - MAE_i = mean over pixels and classes of |softmax p_c − one-hot g_c| (for two classes this is
   the usual |p_fg − g| of binary segmentation).
-Dataset values: per class the mean over images where defined; the mean Dice/HD95 is the mean
-over the evaluated classes (Duke: layers 1–7, binary tasks: class 1).
+Dataset values: per class the mean over images (Dice: over images where defined); the mean
+Dice/HD95 is the mean over the evaluated classes (Duke: layers 1–7, binary tasks: class 1).
 """
 
 from __future__ import annotations
@@ -34,22 +42,34 @@ def dice_per_class(pred: np.ndarray, gt: np.ndarray, classes: Sequence[int]) -> 
     return out
 
 
-def _boundary(mask: np.ndarray) -> np.ndarray:
-    return mask & ~ndimage.binary_erosion(mask)  # 4-connected erosion, outside = background
+def surface(mask: np.ndarray) -> np.ndarray:
+    """Surface of a boolean mask (any ndim): mask XOR its erosion with the face-connected cross;
+    outside the array is background."""
+    cross = ndimage.generate_binary_structure(mask.ndim, 1)
+    return mask ^ ndimage.binary_erosion(mask, structure=cross)
 
 
-def hd95_pair(pred: np.ndarray, gt: np.ndarray) -> tuple[float, bool]:
-    """(HD95 in pixels, whether the empty-mask value was used) for two boolean masks."""
-    if not pred.any() and not gt.any():
-        return math.nan, False
-    if not pred.any() or not gt.any():
-        return math.hypot(*pred.shape), True
-    bp, bg = _boundary(pred), _boundary(gt)
-    dist_to_g = ndimage.distance_transform_edt(~bg)
-    dist_to_p = ndimage.distance_transform_edt(~bp)
-    forward = np.percentile(dist_to_g[bp], 95)
-    backward = np.percentile(dist_to_p[bg], 95)
-    return float(max(forward, backward)), False
+def hd95(
+    pred: np.ndarray, truth: np.ndarray, spacing: float | Sequence[float] | None = None
+) -> float:
+    """HD95 of two boolean masks of one shape (2D or 3D), paper 002 Eq. (3): 95th percentile of
+    the pooled two-way surface distances, in pixels/voxels or in the units of `spacing` (one
+    value per axis, or one for all). Empty masks: both → 0, exactly one → the array diagonal."""
+    pred, truth = np.asarray(pred, dtype=bool), np.asarray(truth, dtype=bool)
+    if pred.shape != truth.shape:
+        raise ValueError(f"mask shapes differ: {pred.shape} vs {truth.shape}")
+    step = np.broadcast_to(np.asarray(1.0 if spacing is None else spacing, float), (pred.ndim,))
+    if not pred.any() and not truth.any():
+        return 0.0
+    if not pred.any() or not truth.any():
+        return float(np.sqrt(np.sum((np.asarray(pred.shape) * step) ** 2)))
+    # Cropping to the union's bounding box changes neither surface nor distance: every surface
+    # pixel lies inside it and everything outside it is background anyway.
+    box = ndimage.find_objects((pred | truth).astype(np.uint8))[0]
+    sp, st = surface(pred[box]), surface(truth[box])
+    to_truth = ndimage.distance_transform_edt(~st, sampling=step)[sp]
+    to_pred = ndimage.distance_transform_edt(~sp, sampling=step)[st]
+    return float(np.percentile(np.concatenate([to_truth, to_pred]), 95))
 
 
 def mae(probs: np.ndarray, gt: np.ndarray) -> float:
@@ -68,6 +88,7 @@ class SegmentationScores:
         self.hd: list[np.ndarray] = []
         self.maes: list[float] = []
         self.hd95_empty = 0
+        self.hd95_both_empty = 0
 
     def update(self, probs: np.ndarray, gt: np.ndarray) -> None:
         """Add a batch: probs (B, C, H, W) softmax, gt (B, H, W) int."""
@@ -76,14 +97,18 @@ class SegmentationScores:
             self.dice.append(dice_per_class(pred[i], gt[i], self.classes))
             self.maes.append(mae(probs[i], gt[i]))
             if self.hd95:
-                row = np.full(len(self.classes), np.nan)
+                row = np.empty(len(self.classes))
                 for j, c in enumerate(self.classes):
-                    row[j], empty = hd95_pair(pred[i] == c, gt[i] == c)
-                    self.hd95_empty += int(empty)
+                    p, g = pred[i] == c, gt[i] == c
+                    row[j] = hd95(p, g)
+                    self.hd95_empty += int(p.any() != g.any())
+                    self.hd95_both_empty += int(not (p.any() or g.any()))
                 self.hd.append(row)
 
     def summary(self) -> dict[str, object]:
-        """dice/hd95 (means over classes), per-class lists, mae, hd95_empty, n_images."""
+        """dice/hd95 (means over classes), per-class lists, mae, n_images and the counts of
+        (image, class) pairs with exactly one (`hd95_empty`) or both (`hd95_both_empty`) masks
+        empty."""
         dice_c = _nanmean_columns(self.dice)
         out: dict[str, object] = {
             "dice": _mean(dice_c),
@@ -100,6 +125,7 @@ class SegmentationScores:
                 str(c): _clean(v) for c, v in zip(self.classes, hd_c, strict=True)
             }
             out["hd95_empty"] = self.hd95_empty
+            out["hd95_both_empty"] = self.hd95_both_empty
         return out
 
 

@@ -6,7 +6,9 @@ when it reproduces a paper's unsound recipe (the `reasons` say why, docs/privacy
 released model) and `not_covered` lists what the run writes beside it outside the mechanism;
 the runs keep such diagnostics in a diagnostics/ folder, never to be released with a DP model.
 `extra.noise_source` says whether the noise was seeded (a reproducible simulation) or drawn
-from OS entropy (`dpmed.privacy.mechanisms`).
+from OS entropy (`dpmed.privacy.mechanisms`). `privacy_unit`, added when the record is written,
+says what one record of the adjacency is in the run's dataset (one B-scan, one image, one
+collaborator) and what that means for a patient.
 """
 
 from __future__ import annotations
@@ -83,6 +85,9 @@ class PrivacyRecord:
             **fields,
         )
 
-    def write(self, path: str | Path) -> None:
-        """Write the record as `privacy.json` (atomic, key-sorted)."""
-        write_json(path, asdict(self))
+    def write(self, path: str | Path, dataset: str) -> None:
+        """Write the record of a run on `dataset` as `privacy.json` (atomic, key-sorted), with
+        the dataset's privacy unit."""
+        from dpmed.data.registry import privacy_unit
+
+        write_json(path, {**asdict(self), "privacy_unit": privacy_unit(dataset)})

@@ -1,6 +1,6 @@
 """The cross-study privacy summary: every DP run of the three studies with its mechanism,
-adjacency, sampling, accountant, ε, δ, guarantee, reasons and what the guarantee covers, read from
-the runs' privacy.json."""
+adjacency, sampling, accountant, ε, δ, guarantee, reasons, what the guarantee covers and the
+dataset's privacy unit, read from the runs' privacy.json."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from dpmed.studies import STUDIES
 SUMMARY_COLUMNS = (
     "study", "run", "mechanism", "adjacency", "sampling", "accountant", "epsilon", "delta",
     "target_epsilon", "noise_multipliers", "sample_rate", "steps", "guarantee", "reasons", "covers",
+    "privacy_unit",
 )  # fmt: skip
 
 
@@ -48,6 +49,7 @@ def privacy_summary(privacy_paths: Iterable[str | Path]) -> pd.DataFrame:
             "guarantee": rec["guarantee"],
             "reasons": "; ".join(rec["reasons"]),
             "covers": rec["covers"],
+            "privacy_unit": rec["privacy_unit"],
         }
         row.update({f"eps_{k}": v for k, v in rec["epsilon_by_accountant"].items()})
         rows.append(row)

@@ -401,7 +401,7 @@ def write_outputs(
         plan.mode,
         setup.accountant_history(),
         metrics["n_train"],
-    ).write(out / "privacy.json")
+    ).write(out / "privacy.json", job.wildcards["dataset"])
     # The backbone file only initialises training; the saved weights replace it.
     saved_arguments = {k: v for k, v in arguments.items() if k != "backbone_weights"}
     save_model(out / "model.pt", job.wildcards["model"], saved_arguments, net)

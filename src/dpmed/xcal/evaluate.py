@@ -44,7 +44,9 @@ def attributions(net: nn.Module, layer: str, x: torch.Tensor) -> tuple[np.ndarra
 def road_of(
     net: nn.Module, layer: str, x: torch.Tensor, percentages: list[float], seed: int
 ) -> dict:
-    """ROAD curves and combined score of the model's own Grad-CAM on the images `x`."""
+    """ROAD of the model's own Grad-CAM on the images `x` (`dpmed.explain.road.road`: the
+    paper's MoRF confidence drop in %, the MoRF/LeRF curves per removed fraction and the
+    combined score)."""
     maps, _ = attributions(net, layer, x)
     device = x.device
 

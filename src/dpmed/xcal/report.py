@@ -2,18 +2,22 @@
 
 Every function reads the runs it is given (metrics.json, rounds.csv, road.json, gradcam.npz of
 each folder) and writes through `dpmed.report.style`, so identical runs give identical files.
+ROAD is the paper's score (`dpmed.explain.road`): the mean confidence drop in % when the most
+salient pixels are removed (MoRF); `road_combined` is the (LeRF − MoRF) / 2 score beside it.
 Tables (results/tables/<name>.csv + .md):
-- xcal_main: F1, accuracy, ROAD and spent ε per dataset × model × method × ε (IID runs, §6);
-- xcal_efficiency: ΔF1/Δε and ΔROAD/Δε over each private run's trajectory (first to last
-  round with a value);
+- xcal_main: F1, accuracy, ROAD (%), combined ROAD and spent ε per dataset × model × method × ε
+  (IID runs, §6);
+- xcal_efficiency: ΔF1/Δε and ΔROAD/Δε (ROAD in %) over each private run's trajectory (first
+  to last round with a value);
 - xcal_clients: F1 and ROAD by client count (columns) per dataset × model × method × shift × ε;
 - xcal_shift: F1 and ROAD by shift (columns) per dataset × model × method × clients × ε;
-- xcal_ablation: XCal-FL presets (α, β, γ) × ε, F1 and ROAD (§7);
+- xcal_ablation: XCal-FL presets (α, β, γ) × ε, F1, ROAD (%) and combined ROAD (§7);
 - xcal_runtime: mean seconds per local step of nondp, static and xcal per dataset × model and
   the overhead ratios (§8; bench/xcal_step.py times it under controlled conditions).
-Figures (results/figures/<name>.png + .pdf): F1 and ROAD vs cumulative ε per method
-(xcal_trajectories), client-count and shift effects (xcal_clients_shift), the ablation
-(xcal_ablation), Grad-CAM examples of static vs xcal (xcal_gradcam).
+Figures (results/figures/<name>.png + .pdf): F1 and ROAD vs cumulative ε per method and the
+final MoRF/LeRF confidence-drop curves (xcal_trajectories), client-count and shift effects
+(xcal_clients_shift), the ablation (xcal_ablation), Grad-CAM examples of static vs xcal
+(xcal_gradcam).
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ from dpmed.xcal.shifts import POOLED, SHIFTS  # noqa: E402
 from dpmed.xcal.spec import FIGURES, MEASURED_TABLES, TABLES  # noqa: E402
 
 KEYS = ["dataset", "model", "method", "shift", "clients", "eps"]
+ROAD_LABEL = "ROAD: MoRF confidence drop (%)"
+# The metrics.json values the tables read (road: the paper's ROAD in %; road_combined beside it).
+METRICS = ["f1", "accuracy", "road", "road_combined", "epsilon", "f1_per_eps", "road_per_eps"]
 # The client-count and shift comparisons (tables, figure, Grad-CAM pairs): the DP baseline
 # against XCal-FL with its default preset.
 COMPARED = [BASELINE, PROPOSED]
@@ -59,26 +66,12 @@ def collect(runs: Sequence[str | Path]) -> pd.DataFrame:
     for run in runs:
         metrics = json.loads((Path(run) / "metrics.json").read_text())
         row = {k: metrics[k] for k in KEYS}
-        row.update(
-            {
-                k: metrics[k]
-                for k in (
-                    "f1",
-                    "accuracy",
-                    "road",
-                    "epsilon",
-                    "f1_per_eps",
-                    "road_per_eps",
-                    "step_seconds",
-                )
-            }
-        )
+        row.update({k: metrics[k] for k in (*METRICS, "step_seconds")})
         row["clients"] = int(row["clients"])
         row["eps"] = parse_eps(str(row["eps"]))
         row["run"] = str(run)
         rows.append(row)
-    columns = [*KEYS, "f1", "accuracy", "road", "epsilon", "f1_per_eps", "road_per_eps"]
-    frame = pd.DataFrame(rows, columns=[*columns, "step_seconds", "run"])
+    frame = pd.DataFrame(rows, columns=[*KEYS, *METRICS, "step_seconds", "run"])
     return _sorted(frame)
 
 
@@ -93,22 +86,26 @@ def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def main_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """F1 / accuracy / ROAD / spent ε of the IID runs (paper §6 tables)."""
+    """F1 / accuracy / ROAD (%) / combined ROAD / spent ε of the IID runs (paper §6 tables)."""
     iid = frame[frame["shift"] == POOLED]
     return iid[
-        ["dataset", "model", "method", "clients", "eps", "f1", "accuracy", "road", "epsilon"]
+        [
+            *("dataset", "model", "method", "clients", "eps"),
+            *("f1", "accuracy", "road", "road_combined", "epsilon"),
+        ]
     ]
 
 
 def efficiency_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """ΔF1/Δε and ΔROAD/Δε of the private runs."""
+    """ΔF1/Δε and ΔROAD/Δε (ROAD in %, so percentage points of confidence drop per unit ε)
+    of the private runs."""
     private = frame[np.isfinite(frame["eps"].astype(float))]
     cols = [*KEYS, "epsilon", "f1_per_eps", "road_per_eps"]
     return private[cols].reset_index(drop=True)
 
 
 def _pivot(frame: pd.DataFrame, over: str, index: list[str]) -> pd.DataFrame:
-    """F1 and ROAD with one column per value of `over` (e.g. f1_c3, road_c3 …)."""
+    """F1 and ROAD (%) with one column per value of `over` (e.g. f1_c3, road_c3 …)."""
     subset = frame[frame["method"].isin(COMPARED)]
     if subset.empty:
         return pd.DataFrame(columns=index)
@@ -140,9 +137,11 @@ def shift_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def ablation_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """XCal-FL presets × ε (IID): F1 and ROAD (paper §7)."""
+    """XCal-FL presets × ε (IID): F1, ROAD (%) and combined ROAD (paper §7)."""
     xcal = frame[(frame["method"].map(_base) == PROPOSED) & (frame["shift"] == POOLED)]
-    out = xcal[["dataset", "model", "method", "clients", "eps", "f1", "road"]].copy()
+    out = xcal[
+        ["dataset", "model", "method", "clients", "eps", "f1", "road", "road_combined"]
+    ].copy()
     out.insert(3, "preset", out["method"].map(lambda m: split_method(m)[1]))
     return out.drop(columns="method").reset_index(drop=True)
 
@@ -212,33 +211,44 @@ def _no_data(ax: plt.Axes, text: str) -> None:
 
 
 def trajectories_figure(frame: pd.DataFrame) -> plt.Figure:
-    """F1 and ROAD vs cumulative ε of each private IID run, one row per dataset × model."""
+    """Per private IID run, one row per dataset × model: F1 and ROAD (%) vs cumulative ε, and
+    the final model's MoRF (solid) and LeRF (dotted) confidence drop (%) vs removed fraction."""
     private = frame[(frame["shift"] == POOLED) & np.isfinite(frame["eps"].astype(float))]
     combos = list(dict.fromkeys(zip(private["dataset"], private["model"], strict=True)))
     fig, axes = plt.subplots(
-        max(1, len(combos)), 2, figsize=(10, 3.2 * max(1, len(combos))), squeeze=False
+        max(1, len(combos)), 3, figsize=(15, 3.2 * max(1, len(combos))), squeeze=False
     )
     if not combos:
         _no_data(axes[0, 0], "no private IID runs")
         _no_data(axes[0, 1], "")
+        _no_data(axes[0, 2], "")
     for (dataset, model), row_axes in zip(combos, axes, strict=True):
         runs = private[(private["dataset"] == dataset) & (private["model"] == model)]
-        for _, run in runs.iterrows():
+        for i, (_, run) in enumerate(runs.iterrows()):
             rounds = pd.read_csv(Path(run["run"]) / "rounds.csv")
+            road = json.loads((Path(run["run"]) / "road.json").read_text())
             style = "-" if _base(run["method"]) == PROPOSED else "--"
+            line = {"color": f"C{i % 10}", "marker": "o", "ms": 3}
             label = f"{_label(run)} c{run['clients']}"
-            row_axes[0].plot(rounds["epsilon"], rounds["f1"], style, marker="o", ms=3, label=label)
+            row_axes[0].plot(rounds["epsilon"], rounds["f1"], style, label=label, **line)
             with_road = rounds.dropna(subset=["road"])
-            row_axes[1].plot(
-                with_road["epsilon"], with_road["road"], style, marker="o", ms=3, label=label
-            )
+            row_axes[1].plot(with_road["epsilon"], with_road["road"], style, label=label, **line)
+            removed = 100 * np.asarray(road["percentages"])
+            row_axes[2].plot(removed, road["morf_drop"], "-", label=f"{label} MoRF", **line)
+            row_axes[2].plot(removed, road["lerf_drop"], ":", label=f"{label} LeRF", **line)
         row_axes[0].set(
             title=f"{dataset} / {model}: macro F1", xlabel="cumulative ε", ylabel="macro F1"
         )
         row_axes[1].set(
-            title=f"{dataset} / {model}: ROAD", xlabel="cumulative ε", ylabel="ROAD combined"
+            title=f"{dataset} / {model}: ROAD", xlabel="cumulative ε", ylabel=ROAD_LABEL
+        )
+        row_axes[2].set(
+            title=f"{dataset} / {model}: final model",
+            xlabel="pixels removed (%)",
+            ylabel="confidence drop (%)",
         )
         row_axes[1].legend(fontsize=7)
+        row_axes[2].legend(fontsize=6)
     fig.tight_layout()
     return fig
 
@@ -257,7 +267,7 @@ def clients_shift_figure(frame: pd.DataFrame) -> plt.Figure:
         label = f"{key[0]} {key[1]} {key[2]} {key[3]} ε={key[4]:g}"
         axes[0].plot(group["clients"], group["f1"], style, marker="o", label=label)
         axes[1].plot(group["clients"], group["road"], style, marker="o", label=label)
-    for ax, name in zip(axes, ("macro F1", "ROAD combined"), strict=True):
+    for ax, name in zip(axes, ("macro F1", ROAD_LABEL), strict=True):
         ax.set(xlabel="clients", ylabel=name, xscale="log")
         ax.minorticks_off()
         ax.set_xticks(sorted(fed["clients"].unique()))
@@ -293,7 +303,7 @@ def ablation_figure(frame: pd.DataFrame) -> plt.Figure:
             ax.bar(np.arange(len(groups)) + i * width, values, width, label=preset)
         ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2)
         ax.set_xticklabels(groups, fontsize=6)
-        ax.set_ylabel("macro F1" if metric == "f1" else "ROAD combined")
+        ax.set_ylabel("macro F1" if metric == "f1" else ROAD_LABEL)
     axes[1].legend(fontsize=7)
     fig.tight_layout()
     return fig

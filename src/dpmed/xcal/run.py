@@ -8,9 +8,10 @@ test split after every round (macro F1, accuracy; ROAD every `road_every` rounds
 last, on a fixed test subsample shared by every run of the dataset).
 
 Outputs in the run folder: rounds.csv (round, f1, accuracy, epsilon = max over clients of ε
-spent so far, road, seconds), metrics.json, privacy.json, road.json, gradcam.npz (Grad-CAM
-examples of the final model) and model.pt (the final global model). A fingerprinted checkpoint
-after every round lets a killed run resume; it is removed once the outputs exist.
+spent so far, road = the paper's ROAD in %, road_combined, seconds), metrics.json,
+privacy.json, road.json, gradcam.npz (Grad-CAM examples of the final model) and model.pt (the
+final global model). A fingerprinted checkpoint after every round lets a killed run resume; it
+is removed once the outputs exist.
 """
 
 from __future__ import annotations
@@ -44,7 +45,16 @@ from dpmed.xcal.privacy import privacy_record
 from dpmed.xcal.shifts import partition
 
 N_GRADCAM_EXAMPLES = 4
-ROUND_COLUMNS = ["round", "f1", "accuracy", "epsilon", "eps_realised_reading", "road", "seconds"]
+ROUND_COLUMNS = [
+    "round",
+    "f1",
+    "accuracy",
+    "epsilon",
+    "eps_realised_reading",
+    "road",
+    "road_combined",
+    "seconds",
+]
 
 
 @dataclass
@@ -258,7 +268,8 @@ def train_round(fed: Federation, history: History, road_due: bool) -> dict[str, 
             "accuracy": scores["accuracy"],
             "epsilon": cumulative,
             "eps_realised_reading": realised,
-            "road": history.last_road["combined"] if road_due else None,
+            "road": history.last_road["road"] if road_due else None,
+            "road_combined": history.last_road["combined"] if road_due else None,
             "seconds": history.elapsed,
         }
     )
@@ -276,7 +287,7 @@ def write_outputs(job: JobContext, fed: Federation, history: History) -> dict:
     write_gradcam(out_dir / "gradcam.npz", fed.evaluation)
     eps = parse_eps(job.wildcards["eps"])
     record = privacy_record(fed.clients, fed.method, eps, job.params)
-    record.write(out_dir / "privacy.json")
+    record.write(out_dir / "privacy.json", job.wildcards["dataset"])
     save_model(out_dir / "model.pt", job.wildcards["model"], fed.model_arguments, fed.net)
     metrics = run_metrics(job.wildcards, fed, history.rows, road, record.epsilon)
     write_json(out_dir / "metrics.json", metrics)
@@ -342,7 +353,8 @@ def run_metrics(
         "f1": last["f1"],
         "accuracy": last["accuracy"],
         "epsilon": epsilon,
-        "road": road["combined"],
+        "road": road["road"],
+        "road_combined": road["combined"],
         "morf_mean": float(np.mean(road["morf"])),
         "lerf_mean": float(np.mean(road["lerf"])),
         "f1_per_eps": efficiency([r["f1"] for r in rows], eps),

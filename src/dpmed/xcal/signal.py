@@ -2,9 +2,12 @@
 
 Per sample i of a mini-batch, with the current model, label y_i and Grad-CAM map for y_i
 (upsampled to the input size), the top-q most salient pixels M_i are replaced by the image's
-per-channel mean (the masked forward pass). With p = softmax(logits) of the clean and p̃ of the
-masked image and m(p) = p_y − max_{j≠y} p_j the class margin:
-- logit drop      a_i = clip(p_y − p̃_y, 0, 1)  (causal influence of the salient region),
+per-channel mean (the masked forward pass). With z, z̃ the logits of the clean and the masked
+image, p = softmax(z), p̃ = softmax(z̃) and m(p) = p_y − max_{j≠y} p_j the class margin:
+- logit change    a_i = clip(z_y − z̃_y, 0, 1)  (causal influence of the salient region on the
+                  label's logit, as the paper's "prediction logit variations" (§4.1, weight α);
+                  a rise counts 0 and a drop of one logit unit or more counts 1, the scale of
+                  the other two components),
 - counterfactual  b_i = (1 − m(p̃)) / 2 ∈ [0, 1] (1 = the masked image crosses the decision
                   boundary to another class with full confidence, 0 = still surely y),
 - concentration   g_i = clip((Σ_{M_i} cam / Σ cam − q) / (1 − q), 0, 1) (0 = attention spread
@@ -57,9 +60,8 @@ def components(
     mask = top_q_mask(cam, q)
     with quiet(module) as net, torch.no_grad():
         masked_logits = net(mask_inputs(x, mask))
-    p, p_masked = logits.softmax(dim=1), masked_logits.softmax(dim=1)
-    drop = (p.gather(1, y[:, None]) - p_masked.gather(1, y[:, None]))[:, 0].clamp(0, 1)
-    margin = ((1 - _margin(p_masked, y)) / 2).clamp(0, 1)
+    drop = (logits.gather(1, y[:, None]) - masked_logits.gather(1, y[:, None]))[:, 0].clamp(0, 1)
+    margin = ((1 - _margin(masked_logits.softmax(dim=1), y)) / 2).clamp(0, 1)
     total = cam.flatten(1).sum(dim=1)
     inside = (cam * mask).flatten(1).sum(dim=1)
     share = torch.where(total > 0, inside / total.clamp(min=1e-12), torch.zeros_like(total))

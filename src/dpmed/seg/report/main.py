@@ -6,10 +6,12 @@ Table rows (`main_table`), per model: setting × method as in the paper's Table 
   DP (no morph) / DP + Morph (<op>-k<k>) / DP + Adaptive Morph (vN): one row per clip rule.
 Every fixed variant is its own row (the paper keeps only the best one; choosing on the test
 set would be optimistic). Values are mean and sample std (ddof 1) over seeds; with one seed
-std is empty. Figs. 3–5: bars of test Dice (and HD95 for OCT, S_α for COVID CT) per clip rule,
-without morphology vs the fixed morphology variant with the best mean *validation* Dice for
-that model and rule (its name on the bar). Fig. 8: mean training seconds per model and rule
-for no / fixed / adaptive morphology.
+std is empty. HD95 is paper 002 Eq. (3) (`dpmed.metrics.segmentation.hd95`, pixels);
+`hd95_empty` / `hd95_both_empty` sum over seeds the (image, class) pairs scored by the empty
+rule (exactly one mask empty → image diagonal; both empty → 0). Figs. 3–5: bars of test Dice
+(and HD95 for OCT, S_α for COVID CT) per clip rule, without morphology vs the fixed morphology
+variant with the best mean *validation* Dice for that model and rule (its name on the bar).
+Fig. 8: mean training seconds per model and rule for no / fixed / adaptive morphology.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def collect_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
     for path in paths:
         m = json.loads(Path(path).read_text())
         row = dict(m["wildcards"])
-        for key in (*METRICS, "val_dice", "train_seconds", "hd95_empty"):
+        for key in (*METRICS, "val_dice", "train_seconds", "hd95_empty", "hd95_both_empty"):
             value = m.get(key)
             row[key] = math.nan if value is None else value
         rows.append(row)
@@ -98,6 +100,7 @@ def main_table(runs: pd.DataFrame, dataset: str) -> pd.DataFrame:
             row[COLUMN[name]] = _fmt(mean, std, len(values))
             row[f"{name}_mean"], row[f"{name}_std"] = mean, std
         row["hd95_empty"] = int(cell["hd95_empty"].sum())
+        row["hd95_both_empty"] = int(cell["hd95_both_empty"].sum())
         row["_order"] = (
             models.index(model),
             setting != "Non-private",

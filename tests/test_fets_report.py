@@ -1,0 +1,75 @@
+"""fets Fig. 2 (paper 000): the four modalities of one slice with the BraTS labels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpmed.data import fets
+from dpmed.data.synthetic import fets as synthetic_fets
+from dpmed.fets.report import figure2
+from dpmed.fets.spec import REPORTS
+
+
+@pytest.fixture(scope="module")
+def processed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("fets_fig2")
+    cfg = {"raw": "synthetic", "partitioning": "partitioning_2.csv", "val_fraction": 0.2,
+           "split_seed": 0, "synthetic": {"shape": [24, 24, 16], "subjects_scale": 0.03,
+                                          "seed": 0}}  # fmt: skip
+    synthetic_fets.generate(root / "raw", "fets", cfg, seed=0)
+    fets.preprocess(root / "raw", root / "processed", "fets", cfg)
+    return root / "processed"
+
+
+def test_tumour_slice_has_all_four_modalities_and_the_labels(processed):
+    view = fets.tumour_slice(processed)
+    _, label = fets.load_subject(processed, view.subject)
+    assert view.z == int(np.argmax(np.count_nonzero(label, axis=(0, 1))))
+    np.testing.assert_array_equal(view.label, np.rot90(label[:, :, view.z]))
+    assert view.images.shape == (len(fets.MODALITIES), *view.label.shape)
+    assert view.images.dtype == np.float32 and view.images.min() >= 0
+    assert np.allclose(view.images.max(axis=(1, 2)), 1.0)  # each rescaled on its own
+    assert not any(np.array_equal(view.images[0], other) for other in view.images[1:])
+    (panel,) = fets.overview_panels(processed)  # the data overview shows its FLAIR
+    np.testing.assert_array_equal(panel.image, view.images[fets.MODALITIES.index("flair")])
+
+
+def test_figure2_is_registered_and_byte_identical_on_reruns(processed, tmp_path):
+    entry = REPORTS["fets_figure2"]
+    assert entry.targets([object()]) == ["results/figures/fets_fig2_modalities.png"]
+    assert entry.files["png_path"][1] == "fets_fig2" and entry.subcategory == "Fig. 2"
+    assert entry.inputs([])["_processed"] == ["data/processed/fets/splits.csv",
+                                              "data/processed/fets/meta.json"]  # fmt: skip
+    for name in ("a", "b"):
+        figure2(processed, tmp_path / name / "fig2.png")
+    for ext in (".png", ".pdf"):
+        first, second = (tmp_path / n / f"fig2{ext}" for n in ("a", "b"))
+        assert first.stat().st_size > 1000 and first.read_bytes() == second.read_bytes()
+
+
+def test_figure4_draws_each_method_once_as_the_mean_over_its_seeds(tmp_path, monkeypatch):
+    from dpmed.fets import report
+
+    panels = ("dice_WT", "dice_TC", "dice_ET", "dice_mean_labels", "convergence_score")
+    runs = []
+    for seed, level in ((0, 0.2), (1, 0.4), (2, 0.6)):
+        run = tmp_path / "results/fets/simagg/none/epsinf" / f"seed{seed}"
+        run.mkdir(parents=True)
+        rounds = {"round": [0, 1, 2], **{c: [level, level + 0.1, level + 0.2] for c in panels}}
+        pd.DataFrame(rounds).to_csv(run / "rounds.csv", index=False)
+        runs.append(run)
+    shown = {}
+    monkeypatch.setattr(report, "save_figure", lambda fig, path: shown.setdefault("fig", fig))
+    report.figure4(runs, tmp_path / "fig4.png")
+    ax = shown["fig"].axes[0]
+    (line,) = ax.get_lines()  # one line for the three seeds of SimAgg
+    assert np.allclose(line.get_ydata(), [0.4, 0.5, 0.6])  # the mean over seeds
+    (band,) = ax.collections  # its 95 % t-interval: mean ± t(0.975, 2) · 0.2 / √3
+    half = 4.302653 * 0.2 / np.sqrt(3)
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert ys.max() == pytest.approx(0.6 + half, rel=1e-5)
+    assert ys.min() == pytest.approx(0.4 - half, rel=1e-5)
