@@ -59,6 +59,7 @@ XCAL_PARAMS = {
     "road_every": 1,
     "road_percentages": [0.3, 0.7],
     "width_scale": 0.125,
+    "clients_per_round": 10,
 }
 
 

@@ -46,9 +46,9 @@ def test_paper_grid_sizes_match_hand_count():
     # fets: simagg, dp_simagg {paper, sound} × {1, 10}, fedavg, dp_fedavg sound × {1, 10};
     # three seeds each.
     assert len(grid.jobs("fets")) == (1 + 4 + 1 + 2) * 3
-    # xcal: 78 main + 12 centralized + 54 clients×shift + 60 ablation, minus the 6 + 12 cells
+    # xcal: 102 main + 12 centralized + 54 clients×shift + 84 ablation, minus the 6 + 12 cells
     # that blocks 3 and 4 share with block 1.
-    assert len(grid.jobs("xcal")) == 78 + 12 + 54 + 60 - 6 - 12
+    assert len(grid.jobs("xcal")) == 102 + 12 + 54 + 84 - 6 - 12
     assert grid.datasets() == list(DATASETS)  # every dataset, in registry order
 
 
@@ -59,9 +59,9 @@ def test_smoke_grid_covers_every_value(smoke):
     assert len(grid.jobs("seg")) == 5 + 2 + 12 + 6 + 8 + 4 + 4
     # fets: fedavg, simagg at inf; dp_simagg {paper, sound} and dp_fedavg sound at eps0 {1, 10}.
     assert len(grid.jobs("fets")) == 2 + 4 + 2
-    # xcal: bloodmnist nondp at inf + static/agp/xcal at 5; pneumoniamnist centralized c1 and
-    # xcal-logit c3; dermamnist static {label, covariate} × {3, 5} clients.
-    assert len(grid.jobs("xcal")) == 4 + 2 + 4
+    # xcal: bloodmnist nondp at inf + static/agp/agp-dp/xcal at 5; pneumoniamnist centralized
+    # c1 and xcal-logit c3; dermamnist static {label, covariate} × {3, 5} clients.
+    assert len(grid.jobs("xcal")) == 5 + 2 + 4
     seen = {
         (study, key, value)
         for study in ("seg", "fets", "xcal")
@@ -76,7 +76,7 @@ def test_smoke_grid_covers_every_value(smoke):
         assert ("fets", "aggregator", value) in seen
     for value in ("none", "paper", "sound"):
         assert ("fets", "dpmode", value) in seen
-    for value in ("nondp", "centralized", "static", "agp", "xcal"):
+    for value in ("nondp", "centralized", "static", "agp", "agp-dp", "xcal"):
         assert ("xcal", "method", value) in seen
     for value in ("iid", "label", "covariate"):
         assert ("xcal", "shift", value) in seen

@@ -105,12 +105,20 @@ def test_nondp_federated_learning_is_clearly_above_chance(tmp_path):
     assert f1.iloc[-5:].mean() > f1.iloc[:5].mean() + 0.08
 
 
-@pytest.mark.parametrize(("method", "eps"), [("xcal", "2"), ("static", "2"), ("agp", "2")])
+@pytest.mark.parametrize(
+    ("method", "eps"), [("xcal", "2"), ("static", "2"), ("agp", "2"), ("agp-dp", "2")]
+)
 def test_private_runs_stay_within_the_target_and_write_every_output(small, tmp_path, method, eps):
     out = tmp_path / method
     run_xcal(small, out, _wc(method, eps), PARAMS)
     privacy = json.loads((out / "privacy.json").read_text())
-    assert privacy["guarantee"] == "dp" and privacy["sampling"] == "poisson"
+    if method == "agp":  # no noise on the protected channels: the paper's ε, not a bound
+        assert privacy["guarantee"] == "paper-approximation"
+        assert any("finding 10" in reason for reason in privacy["reasons"])
+        assert set(privacy["epsilon_by_accountant"]) == {"rdp_noised_channels"}
+    else:
+        assert privacy["guarantee"] == "dp"
+    assert privacy["sampling"] == "poisson"
     assert 0 < privacy["epsilon"] <= 2.0
     assert privacy["epsilon"] == pytest.approx(max(privacy["extra"]["client_epsilon"]))
     rounds = pd.read_csv(out / "rounds.csv")

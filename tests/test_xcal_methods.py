@@ -74,9 +74,9 @@ def test_schema_enums_are_the_registry_names_in_registry_order():
 
 def test_method_pattern_takes_a_preset_only_where_the_method_does():
     pattern = spec.SPEC.patterns["method"]
-    for method in ("nondp", "centralized", "static", "agp", "xcal", "xcal-logit"):
+    for method in ("nondp", "centralized", "static", "agp", "agp-dp", "xcal", "xcal-logit"):
         assert re_full(pattern, method), method
-    for method in ("static-logit", "xcal-", "xcalx", "dp"):
+    for method in ("static-logit", "xcal-", "xcalx", "dp", "agp-x", "agp-dp-x"):
         assert not re_full(pattern, method), method
 
 
@@ -100,7 +100,7 @@ def _old_invalid(wc: dict[str, str]) -> str | None:
 
 
 def test_validity_rules_read_from_the_registry_keep_their_verdicts_and_reasons():
-    methods = ["nondp", "centralized", "static", "agp", "xcal", "xcal-logit"]
+    methods = ["nondp", "centralized", "static", "agp", "agp-dp", "xcal", "xcal-logit"]
     for method, shift, clients, eps in itertools.product(
         methods, SHIFTS.names(), ["1", "3"], ["inf", "5"]
     ):
@@ -126,25 +126,31 @@ def test_targets_list_run_files_with_model_pt_then_tables_and_figures():
 
 
 def test_method_names_presets_and_report_order():
-    assert METHODS.names() == ("nondp", "centralized", "static", "agp", "xcal")
+    assert METHODS.names() == ("nondp", "centralized", "static", "agp", "agp-dp", "xcal")
     assert split_method("xcal") == ("xcal", "balanced")
     assert split_method("xcal-logit") == ("xcal", "logit")
     assert split_method("agp") == ("agp", None)
+    assert split_method("agp-dp") == ("agp-dp", None)  # a registered name, not agp + preset
     assert required_preset("xcal-margin") == "margin" and required_preset("static") is None
+    assert required_preset("agp-dp") is None
     with pytest.raises(ValueError, match="takes no preset"):
         split_method("static-logit")
+    with pytest.raises(ValueError, match="takes no preset"):
+        split_method("agp-x")
     with pytest.raises(ValueError, match="unknown xcal method 'sgd'.*nondp, centralized"):
         split_method("sgd")
-    order = ["xcal-logit", "static", "nondp", "xcal", "xcal-amplified", "centralized", "agp"]
-    assert sorted(order, key=method_rank) == [
+    order = ["xcal-logit", "agp-dp", "static", "nondp", "xcal", "xcal-amplified", "agp"]
+    assert sorted([*order, "centralized"], key=method_rank) == [
         "nondp",
         "centralized",
         "static",
         "agp",
+        "agp-dp",
         "xcal",
         "xcal-amplified",
         "xcal-logit",
     ]
+    assert method_rank("agp-dp") == (4, "")
 
 
 def test_resolve_picks_the_training_entry():
@@ -153,6 +159,8 @@ def test_resolve_picks_the_training_entry():
     assert resolve("centralized", True, presets) is METHODS["centralized"]
     assert resolve("xcal-logit", True, presets).weights == (1.0, 0.0, 0.0)
     assert resolve("xcal", True, presets).weights == (1.0, 1.0, 1.0)
+    assert resolve("agp-dp", True, presets) is METHODS["agp-dp"]
+    assert resolve("agp", True, presets).paper_flaw and METHODS["agp-dp"].paper_flaw is None
     with pytest.raises(ValueError, match="needs a finite eps"):
         resolve("static", False, presets)
     with pytest.raises(ValueError, match="needs eps inf"):

@@ -1,4 +1,5 @@
-"""xcal privacy: RDP ledger vs Opacus, the Rényi filter, the DP-SGD step and AGP's noise."""
+"""xcal privacy: RDP ledger vs Opacus, the Rényi filter, the DP-SGD step and AGP's noise (the
+paper's reading `agp` and the sound `agp-dp`)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from dpmed.privacy.dpsgd import (
     trainable,
 )
 from dpmed.privacy.dpsgd import wrap_per_sample as wrap
-from dpmed.xcal.agp import channel_noise_std
+from dpmed.xcal.agp import channel_noise_std, spatial_noise_std
 
 
 @pytest.mark.parametrize(("sigma", "q", "steps"), [(1.1, 0.01, 300), (0.8, 0.1, 40), (3.0, 1.0, 5)])
@@ -191,7 +192,51 @@ def test_noisy_step_adds_noise_of_the_stated_std_per_channel():
     np.testing.assert_allclose(change.std(dim=1).numpy(), [1.0, 2.0, 4.0], rtol=0.15)
 
 
-def test_agp_gives_sigma_ref_to_the_top_channels_and_more_noise_elsewhere():
+def _hand_protected(weight: list[list[float]], share: float) -> set[int]:
+    """Indices of the ceil(share · C0) (at least one) rows of largest L2 norm, by a plain loop."""
+    norms = [math.sqrt(sum(v * v for v in row)) for row in weight]
+    k = max(1, math.ceil(share * len(norms)))
+    return set(sorted(range(len(norms)), key=lambda i: -norms[i])[:k])
+
+
+def test_agp_puts_fixed_noise_only_outside_the_protected_channels():
+    """Paper 001's AGP: one magnitude σ·C on every channel but the top q share by weight norm
+    of the global model, which gets none; a conv tensor ranks its output channels over all of
+    their weights."""
+    rng = np.random.default_rng(3)
+    conv = (
+        rng.normal(size=(7, 2, 3, 3))
+        * np.array([0.1, 3, 0.2, 2, 0.5, 0.05, 1.5])[:, None, None, None]
+    )
+    bias = [[0.3], [-2.0], [0.1]]
+    state = {"conv": torch.tensor(conv), "bias": torch.tensor(bias)[:, 0]}
+    params = {"conv": nn.Parameter(torch.zeros(7, 2, 3, 3)), "bias": nn.Parameter(torch.zeros(3))}
+    std = spatial_noise_std(state, params, sigma=1.7, top_q=0.3, clip_norm=0.5)
+    for name, rows in (("conv", conv.reshape(7, -1).tolist()), ("bias", bias)):
+        protected = _hand_protected(rows, 0.3)  # conv: ceil(2.1) = 3 rows; bias: ceil(0.9) = 1
+        expected = [0.0 if i in protected else 1.7 * 0.5 for i in range(len(rows))]
+        torch.testing.assert_close(std[name], torch.tensor(expected, dtype=torch.float32))
+    assert _hand_protected(conv.reshape(7, -1).tolist(), 0.3) == {1, 3, 6}
+
+
+def test_agp_step_leaves_the_protected_channels_noise_free():
+    """Through the real noisy step with a zero gradient: protected rows do not move at all,
+    the others move by noise of std σ·C."""
+    net = nn.Linear(400, 4, bias=False)
+    with torch.no_grad():
+        net.weight.copy_(torch.tensor([0.01, 1.0, 0.02, 0.03])[:, None] * torch.ones(4, 400))
+    gsm = wrap(net, "hooks")
+    before = net.weight.detach().clone()
+    std = spatial_noise_std({"weight": before}, trainable(gsm), 2.0, top_q=0.25, clip_norm=1.0)
+    opt = torch.optim.SGD(gsm.parameters(), lr=1.0)
+    zero = {"weight": torch.zeros(4, 400)}
+    noisy_step(gsm, opt, zero, std, expected_batch=1.0, generator=torch.Generator().manual_seed(0))
+    change = before - net.weight.detach()
+    assert torch.equal(change[1], torch.zeros(400))  # the one protected row (largest norm)
+    np.testing.assert_allclose(change[[0, 2, 3]].std(dim=1).numpy(), [2.0] * 3, rtol=0.15)
+
+
+def test_agp_dp_gives_sigma_ref_to_the_top_channels_and_more_noise_elsewhere():
     weight = torch.tensor([[3.0, 0.0], [0.1, 0.1], [0.0, 2.0], [0.5, 0.0], [0.2, 0.2]])
     params = {"w": nn.Parameter(torch.zeros(5, 2))}
     std = channel_noise_std(

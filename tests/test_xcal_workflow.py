@@ -34,6 +34,7 @@ def test_smoke_grid_covers_the_issue(smoke):
     assert {wc["shift"] for wc in wcs} == set(SHIFTS.names())
     assert "3" in {wc["clients"] for wc in wcs}
     assert all(job.params["rounds"] >= 2 for job in jobs)
+    assert any(job.params["clients_per_round"] < int(job.wc["clients"]) for job in jobs)
 
 
 def test_every_run_has_its_outputs_and_privacy_within_target(smoke):
@@ -51,10 +52,14 @@ def test_every_run_has_its_outputs_and_privacy_within_target(smoke):
         if math.isinf(target):
             assert privacy["guarantee"] == "none" and privacy["epsilon"] is None
         else:
-            assert privacy["guarantee"] == "dp" and privacy["sampling"] == "poisson"
+            flaw = METHODS[split_method(job.wc["method"])[0]].paper_flaw
+            assert privacy["guarantee"] == ("dp" if flaw is None else "paper-approximation")
+            assert privacy["sampling"] == "poisson"
             assert 0 < privacy["epsilon"] <= target
             assert rounds["epsilon"].is_monotonic_increasing
             assert rounds["epsilon"].iloc[-1] == pytest.approx(privacy["epsilon"])
+        sampled = min(job.params["clients_per_round"], int(job.wc["clients"]))
+        assert sum(privacy["extra"]["client_rounds"]) == sampled * job.params["rounds"]
         road = json.loads((folder / "road.json").read_text())
         assert len(road["morf"]) == len(job.params["road_percentages"])
         assert -1 <= road["combined"] <= 1

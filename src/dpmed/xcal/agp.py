@@ -1,11 +1,21 @@
-"""AGP baseline (Adaptive Gradient Protection, Li et al. TMC 2024), on XCal's clipped gradients.
+"""AGP baselines (Adaptive Gradient Protection, Li et al., IEEE TMC 2024) on XCal's clipped
+gradients: where the DP-SGD noise goes, output channel (dim 0) by output channel.
 
-Less noise on the channels that matter: for every parameter tensor, the output channels (dim 0)
-of the global model received this round are ranked by the L2 norm of their weights; the top
-`top_q` share (at least one) gets noise multiplier σ_ref, the others (1 + b)·σ_ref. Importance
-comes from the broadcast global model only (already a DP release), so it costs no privacy.
-Adding more noise to some coordinates is post-processing of the mechanism with σ_ref on all of
-them, so the guarantee is that of the smallest σ: σ_ref, calibrated to the target ε.
+Paper 001 (XCal-FL) describes AGP in its related work as "fixed-magnitude spatial noise
+allocation": the noise has one magnitude, fixed before training, and AGP only decides where it
+goes (XCal-FL instead moves the magnitude itself); AGP's own abstract adds noise only to the
+channels with a small impact on interpretability. Our reading, `agp` (`spatial_noise_std`):
+every tensor's output channels are ranked by the L2 norm of their weights in the broadcast
+global model; the top `top_q` share (at least one) is protected and gets no noise, every other
+channel gets σ_ref·C, σ_ref being the static baseline's multiplier for the target ε. Paper 001
+names neither the ranking nor the share: both are ours (the global model is already a DP
+release, so ranking it costs nothing). The protected channels are released without noise, so
+no finite ε covers the update: privacy.json labels the run `paper-approximation` and reports
+the ε of the noised channels, σ_ref per step (docs/privacy.md, finding 10).
+
+`agp-dp` (`channel_noise_std`) is the sound variant: σ_ref on the protected channels and
+(1 + b)·σ_ref on the others. More noise on some coordinates is post-processing of the mechanism
+with σ_ref on all of them, so its guarantee is that of σ_ref, calibrated to the target ε.
 """
 
 from __future__ import annotations
@@ -16,6 +26,44 @@ from collections.abc import Mapping
 import torch
 
 
+def protected_channels(weights: torch.Tensor, top_q: float) -> torch.Tensor:
+    """Boolean mask (C0,) of the top `top_q` share (at least one) of output channels by the L2
+    norm of their weights."""
+    importance = weights.reshape(weights.shape[0], -1).to(torch.float32).norm(dim=1)
+    k = max(1, math.ceil(top_q * importance.numel()))
+    mask = torch.zeros_like(importance, dtype=torch.bool)
+    mask[torch.topk(importance, k, sorted=False).indices] = True
+    return mask
+
+
+def _channel_std(
+    global_state: Mapping[str, torch.Tensor],
+    params: Mapping[str, torch.Tensor],
+    top_q: float,
+    protected_std: float,
+    other_std: float,
+) -> dict[str, torch.Tensor]:
+    """Noise std per output channel, (C0,) per parameter name: `protected_std` on the
+    protected channels of the broadcast global model, `other_std` on the others."""
+    out = {}
+    for name, p in params.items():
+        protected = protected_channels(global_state[name].to(p.device), top_q)
+        out[name] = torch.where(protected, protected_std, other_std).to(torch.float32)
+    return out
+
+
+def spatial_noise_std(
+    global_state: Mapping[str, torch.Tensor],
+    params: Mapping[str, torch.Tensor],
+    sigma: float,
+    top_q: float,
+    clip_norm: float,
+) -> dict[str, torch.Tensor]:
+    """`agp`: noise std per output channel, (C0,) per parameter name: 0 on the protected
+    channels, σ·C on the others."""
+    return _channel_std(global_state, params, top_q, 0.0, sigma * clip_norm)
+
+
 def channel_noise_std(
     global_state: Mapping[str, torch.Tensor],
     params: Mapping[str, torch.Tensor],
@@ -24,14 +72,8 @@ def channel_noise_std(
     top_q: float,
     clip_norm: float,
 ) -> dict[str, torch.Tensor]:
-    """Noise std per output channel, (C0,) per parameter name: σ·C with σ ∈ {σ_ref, (1+b)σ_ref}."""
-    out = {}
-    for name, p in params.items():
-        weights = global_state[name].to(p.device, torch.float32)
-        importance = weights.reshape(weights.shape[0], -1).norm(dim=1)
-        k = max(1, math.ceil(top_q * importance.numel()))
-        top = torch.topk(importance, k, sorted=False).indices
-        sigma = torch.full_like(importance, (1 + band) * sigma_ref)
-        sigma[top] = sigma_ref
-        out[name] = sigma * clip_norm
-    return out
+    """`agp-dp`: noise std per output channel, (C0,) per parameter name: σ_ref·C on the
+    protected channels, (1 + b)·σ_ref·C on the others."""
+    return _channel_std(
+        global_state, params, top_q, sigma_ref * clip_norm, (1 + band) * sigma_ref * clip_norm
+    )

@@ -2,8 +2,9 @@
 the server.
 
 Sampling is Poisson with rate q = 1/S, S = ceil(n/B) steps per local epoch (Opacus' convention:
-expected batch q·n ≈ B). A client takes T = rounds · local_epochs · S steps in all, and its
-noise multipliers are calibrated to T steps at rate q. How the noise is set is the method's
+expected batch q·n ≈ B). The server's schedule (`dpmed.xcal.run.client_schedule`) samples the
+client in R_k of the rounds; it takes T = R_k · local_epochs · S steps in all, and its noise
+multipliers are calibrated to T steps at rate q. How the noise is set is the method's
 (`dpmed.xcal.methods`). The client sends the server only its model tensors and its ledger
 (`ClientUpdate`).
 """
@@ -54,6 +55,8 @@ class Client:
         epsilon: the target ε (inf when non-private).
         seed: seeds the sampler (seed) and the noise generator (seed + 1).
         cam_layer: the network's Grad-CAM layer (XCal-FL's signal).
+        planned_rounds: R_k, the rounds the server's schedule samples this client in (None:
+            every round).
     """
 
     def __init__(
@@ -66,13 +69,15 @@ class Client:
         epsilon: float,
         seed: int,
         cam_layer: str,
+        planned_rounds: int | None = None,
     ) -> None:
         self.index, self.x, self.y, self.method = index, x, y, method
         self.params, self.cam_layer = params, cam_layer
         self.n = int(y.shape[0])
         self.steps_per_epoch = math.ceil(self.n / params["batch_size"])
         self.q = 1.0 / self.steps_per_epoch
-        self.total_steps = params["rounds"] * params["local_epochs"] * self.steps_per_epoch
+        rounds = params["rounds"] if planned_rounds is None else planned_rounds
+        self.total_steps = rounds * params["local_epochs"] * self.steps_per_epoch
         self.sampler = torch.Generator().manual_seed(seed)
         self.noise = torch.Generator(device=x.device).manual_seed(seed + 1)
         self.delta = params["delta"]
@@ -96,14 +101,16 @@ class Client:
         return self.method.realised_epsilon(self)
 
     def calibrated_sigma(self, epsilon: float, delta: float) -> float:
-        """The noise multiplier that meets (ε, δ) after this client's T steps at rate q."""
-        return noise_multiplier(epsilon, delta, self.q, self.total_steps)
+        """The noise multiplier that meets (ε, δ) after this client's T steps at rate q (a
+        client the schedule never samples, T = 0, gets that of one step and never uses it)."""
+        return noise_multiplier(epsilon, delta, self.q, max(1, self.total_steps))
 
     # ------------------------------------------------------------------ training
     def train_round(
         self, net: nn.Module, wrapped: nn.Module | None, global_state: dict
     ) -> ClientUpdate:
-        """Run `local_epochs` epochs from the global model; return the message to the server.
+        """Run `local_epochs` epochs from the global model (a round the server sampled this
+        client in); return the message to the server.
 
         Args:
             net: the network.
@@ -140,7 +147,8 @@ class Client:
 
     @property
     def planned_steps_so_far(self) -> int:
-        """Steps the schedule allows up to the rounds played (a halted client takes fewer)."""
+        """Steps the schedule allows in the rounds this client trained so far (a halted client
+        takes fewer; a round it was not sampled in adds none)."""
         return self.rounds * self.params["local_epochs"] * self.steps_per_epoch
 
     def uniform_std(self, model: nn.Module, sigma: float) -> dict[str, float]:

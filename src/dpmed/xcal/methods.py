@@ -31,6 +31,12 @@ PRESET_PATTERN = "[a-z0-9]+"
 NON_PRIVATE, BASELINE, PROPOSED = "nondp", "static", "xcal"
 
 
+def trained_sigmas(clients: list[Client]) -> list[float]:
+    """The distinct reference σ of the clients that trained (a client the server never sampled
+    released nothing)."""
+    return sorted({float(c.sigma_ref) for c in clients if c.rounds})
+
+
 @dataclass(frozen=True)
 class Method:
     """DP-SGD at the fixed noise multiplier σ_ref that meets the target ε, flat clipping (the
@@ -55,6 +61,9 @@ class Method:
 
     dp: ClassVar[bool] = True  # whether the run adds noise (and has a wrapper, a ledger)
     mechanism: ClassVar[str] = "DP-SGD, Poisson-subsampled Gaussian, flat clipping (per client)"
+    # Why the method, as its paper describes it, has no formal guarantee (privacy.json then
+    # says "paper-approximation" with this reason); None: its ε is a proven bound.
+    paper_flaw: ClassVar[str | None] = None
 
     def calibrate(self, client: Client, epsilon: float) -> None:
         """Set the client's noise multiplier(s) for the target `epsilon`."""
@@ -104,7 +113,7 @@ class Method:
     ) -> tuple[dict[str, float], list[float], dict[str, Any]]:
         """privacy.json's ε by accountant, noise multipliers and method-specific `extra`."""
         per_client = [float(c.epsilon()) for c in clients]
-        return {"rdp": max(per_client)}, sorted({float(c.sigma_ref) for c in clients}), {}
+        return {"rdp": max(per_client)}, trained_sigmas(clients), {}
 
 
 @dataclass(frozen=True)
@@ -128,8 +137,52 @@ class NonPrivate(Method):
 
 @dataclass(frozen=True)
 class AGP(Method):
-    """AGP (Li et al., TMC 2024): σ_ref on the important output channels of the broadcast
-    global model, (1 + b)·σ_ref elsewhere (`dpmed.xcal.agp`); accounted at σ_ref."""
+    """AGP as paper 001 describes it (related work: fixed-magnitude spatial noise allocation):
+    σ_ref·C on every output channel except the top `top_q` share by weight norm of the
+    broadcast global model, which gets no noise (`dpmed.xcal.agp`). The ledger charges σ_ref
+    per step, the ε of the noised channels; the protected ones have none, hence
+    `paper_flaw`."""
+
+    mechanism: ClassVar[str] = (
+        "AGP (paper 001's reading): DP-SGD, Poisson-subsampled Gaussian, flat clipping; noise "
+        "sigma_ref*C on every output channel except the top_q share by weight norm of the "
+        "broadcast global model, which gets none (per client)"
+    )
+    paper_flaw: ClassVar[str | None] = (
+        "AGP as paper 001 describes it (fixed-magnitude spatial noise allocation) adds no noise "
+        "to the top_q share of output channels, so the update has no finite epsilon; epsilon "
+        "is that of the noised channels (sigma_ref per step); agp-dp is the sound variant "
+        "(docs/privacy.md, finding 10)"
+    )
+
+    def round_noise(self, client, model, global_state) -> dict[str, Any]:
+        from dpmed.privacy.dpsgd import trainable
+        from dpmed.xcal.agp import spatial_noise_std
+
+        p = client.params
+        return spatial_noise_std(
+            global_state, trainable(model), client.sigma_ref, p["top_q"], p["clip_norm"]
+        )
+
+    def privacy_details(self, clients, params):
+        per_client = [float(c.epsilon()) for c in clients]
+        extra = {
+            "agp_sigma": "top_q channels none, others sigma_ref; accounted at sigma_ref",
+            "agp_unnoised_share": params["top_q"],
+        }
+        return {"rdp_noised_channels": max(per_client)}, trained_sigmas(clients), extra
+
+
+@dataclass(frozen=True)
+class AGPDP(Method):
+    """AGP's sound variant: σ_ref on the top `top_q` output channels of the broadcast global
+    model, (1 + b)·σ_ref elsewhere (`dpmed.xcal.agp`); accounted at σ_ref, a proven bound."""
+
+    mechanism: ClassVar[str] = (
+        "AGP-DP: DP-SGD, Poisson-subsampled Gaussian, flat clipping; noise sigma_ref*C on the "
+        "top_q output channels by weight norm of the broadcast global model, (1+b) sigma_ref*C "
+        "on the others (per client)"
+    )
 
     def round_noise(self, client, model, global_state) -> dict[str, Any]:
         from dpmed.privacy.dpsgd import trainable
@@ -294,12 +347,16 @@ METHODS.add(NON_PRIVATE, NonPrivate())
 METHODS.add("centralized", Method(private=None, federated=False))
 METHODS.add(BASELINE, Method())
 METHODS.add("agp", AGP())
+METHODS.add("agp-dp", AGPDP())
 METHODS.add(PROPOSED, XCalFL())
 
 
 def split_method(method: str) -> tuple[str, str | None]:
     """(registered name, preset) of a method wildcard: `xcal-logit` → (`xcal`, `logit`), `xcal`
-    → (`xcal`, its default preset), `static` → (`static`, None)."""
+    → (`xcal`, its default preset), `static` → (`static`, None), `agp-dp` → (`agp-dp`, None)
+    (a registered name is never read as name and preset)."""
+    if method in METHODS and METHODS[method].default_preset is None:
+        return method, None
     name, dash, preset = method.partition("-")
     entry = METHODS[name]
     if entry.default_preset is None:
@@ -312,8 +369,8 @@ def split_method(method: str) -> tuple[str, str | None]:
 def method_rank(method: str) -> tuple[int, str]:
     """Sort key of a method wildcard: registration order, then the preset suffix as written
     (the bare name first)."""
-    name, _, suffix = method.partition("-")
-    return METHODS.names().index(name), suffix
+    name = split_method(method)[0]
+    return METHODS.names().index(name), method[len(name) + 1 :]
 
 
 def method_regex(group: str = "(?:", end: str = ")") -> str:

@@ -3,11 +3,14 @@
 Each client's guarantee is sample-level (add/remove one image of that client's data) and covers
 every model update it sends, hence the global model of every round. Sampling is Poisson (rate
 q = 1/S per step), which is what the RDP accountant assumes; the paper's code used fixed-size
-batches, so its ε was an approximation, while this one is formal: guarantee "dp". `epsilon` is
-a bound that holds whatever the data made the run do: for fixed-σ methods the RDP of the steps
-taken, for XCal-FL the smaller of its filter guarantee and the worst case of its σ band
-(`dpmed.xcal.methods.XCalFL.epsilon`). `eps_realised_reading` (in `extra`) is the RDP of the σ
-actually used: for XCal-FL it is smaller and not a guarantee.
+batches, so its ε was an approximation, while this one is formal: guarantee "dp". A client
+spends only in the rounds the server samples it in (`extra.client_rounds`); the public schedule
+gives no amplification. `epsilon` is a bound that holds whatever the data made the run do: for
+fixed-σ methods the RDP of the steps taken, for XCal-FL the smaller of its filter guarantee and
+the worst case of its σ band (`dpmed.xcal.methods.XCalFL.epsilon`). A method whose paper recipe
+has no finite ε (`Method.paper_flaw`: AGP as paper 001 describes it) is "paper-approximation".
+`eps_realised_reading` (in `extra`) is the RDP of the σ actually used: for XCal-FL it is smaller
+and not a guarantee.
 """
 
 from __future__ import annotations
@@ -56,6 +59,10 @@ def privacy_record(
     """
     steps = [c.stats.steps for c in clients]
     rates = [c.q for c in clients]
+    sampling = {
+        "client_rounds": [c.rounds for c in clients],
+        "clients_per_round": min(params["clients_per_round"], len(clients)),
+    }
     if not method.dp:
         return PrivacyRecord.non_private(
             method.mechanism,
@@ -63,7 +70,7 @@ def privacy_record(
             "poisson",
             sample_rate=max(rates),
             steps=max(steps),
-            extra={"client_steps": steps, "client_sample_rates": rates},
+            extra={"client_steps": steps, "client_sample_rates": rates, **sampling},
         )
     per_client = [float(c.epsilon()) for c in clients]
     realised = [float(c.realised_epsilon()) for c in clients]
@@ -75,6 +82,7 @@ def privacy_record(
         "eps_realised_reading_note": REALISED_NOTE,
         "client_steps": steps,
         "client_sample_rates": rates,
+        **sampling,
         "client_sigma_ref": [c.sigma_ref for c in clients],
         "noise_source": NOISE_SEEDED,
         **method_extra,
@@ -86,14 +94,14 @@ def privacy_record(
         accountant="rdp",
         epsilon=float(np.max(per_client)),
         delta=params["delta"],
-        guarantee="dp",
+        guarantee="dp" if method.paper_flaw is None else "paper-approximation",
         clip_norm=params["clip_norm"],
         sample_rate=max(rates),
         steps=max(steps),
         noise_multipliers=noise,
         target_epsilon=eps,
         epsilon_by_accountant=by_accountant,
-        reasons=[POISSON_REASON],
+        reasons=[POISSON_REASON, *([method.paper_flaw] if method.paper_flaw else [])],
         covers=COVERS,
         not_covered=NOT_COVERED,
         extra=extra,

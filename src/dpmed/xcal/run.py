@@ -2,10 +2,11 @@
 
 One run = one cell of the xcal grid (`dpmed.xcal.spec`). The training split is dealt to the
 clients by the cell's shift (`dpmed.xcal.shifts`); the clients train locally under the cell's
-method (`dpmed.xcal.methods`) and send only model tensors and their ledger; the server averages
-the tensors weighted by client sample count (FedAvg) and evaluates the global model on the
-test split after every round (macro F1, accuracy; ROAD every `road_every` rounds and after the
-last, on a fixed test subsample shared by every run of the dataset).
+method (`dpmed.xcal.methods`) and send only model tensors and their ledger. Each round the
+server samples m of the K clients (paper 001 App. A; `clients_per_round`, all K when m ≥ K),
+averages their tensors weighted by client sample count (FedAvg) and evaluates the global model
+on the test split after every round (macro F1, accuracy; ROAD every `road_every` rounds and
+after the last, on a fixed test subsample shared by every run of the dataset).
 
 Outputs in the run folder: rounds.csv (round, f1, accuracy, epsilon = max over clients of ε
 spent so far, road = the paper's ROAD in %, road_combined, seconds), metrics.json,
@@ -68,6 +69,7 @@ class Federation:
         evaluation: the test set, ROAD subsample and Grad-CAM layer.
         method: the method the clients train with.
         model_arguments: the network's build arguments (saved with it in model.pt).
+        schedule: the clients the server samples, per round (`client_schedule`).
     """
 
     net: nn.Module
@@ -76,6 +78,7 @@ class Federation:
     evaluation: xcal_eval.Evaluation
     method: Method
     model_arguments: dict[str, Any]
+    schedule: list[list[int]]
 
 
 @dataclass
@@ -139,6 +142,7 @@ def build_federation(job: JobContext, device: torch.device) -> Federation:
     eps = parse_eps(wc["eps"])
     method = resolve(wc["method"], math.isfinite(eps), params["presets"])
     parts = client_partitions(job)
+    schedule = client_schedule(job)
     arguments = {
         "in_channels": int(meta["channels"]),
         "n_classes": int(meta["n_classes"]),
@@ -157,12 +161,13 @@ def build_federation(job: JobContext, device: torch.device) -> Federation:
             eps,
             stable_seed(job.seed, "client", k),
             layer,
+            planned_rounds=sum(k in sampled for sampled in schedule),
         )
         for k, (images, labels) in enumerate(parts)
     ]
     evaluated = wrapped if wrapped is not None else net
     evaluation = build_evaluation(job, evaluated, layer, arguments["n_classes"], device)
-    return Federation(net, wrapped, clients, evaluation, method, arguments)
+    return Federation(net, wrapped, clients, evaluation, method, arguments, schedule)
 
 
 def client_partitions(job: JobContext) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -172,6 +177,29 @@ def client_partitions(job: JobContext) -> list[tuple[np.ndarray, np.ndarray]]:
     images, labels = load_split(job.processed_dir, "train")
     seed = stable_seed("xcal-partition", *(wc[k] for k in ("dataset", "shift", "clients", "seed")))
     return partition(images, labels, wc["shift"], int(wc["clients"]), job.params, seed)
+
+
+def sampled_clients(n_clients: int, per_round: int, seed: int) -> list[int]:
+    """One round's clients: min(m, K) of the K uniformly without replacement, in index order."""
+    rng = np.random.default_rng(seed)
+    return sorted(int(k) for k in rng.choice(n_clients, min(per_round, n_clients), replace=False))
+
+
+def client_schedule(job: JobContext) -> list[list[int]]:
+    """The clients the server samples in every round, each round seeded by the cell and the
+    round: every method of a (dataset, shift, clients, seed) cell sees the same schedule
+    (paired comparisons). Drawn from seeds alone, it is independent of the data, so each client
+    is calibrated to exactly the rounds it will train (`Client`) at no privacy cost."""
+    wc = job.wildcards
+    cell = [wc[k] for k in ("dataset", "shift", "clients", "seed")]
+    return [
+        sampled_clients(
+            int(wc["clients"]),
+            job.params["clients_per_round"],
+            stable_seed("xcal-clients", *cell, r),
+        )
+        for r in range(job.params["rounds"])
+    ]
 
 
 def initial_network(
@@ -250,15 +278,18 @@ def fedavg(updates: list[ClientUpdate]) -> dict[str, torch.Tensor]:
 
 
 def train_round(fed: Federation, history: History, road_due: bool) -> dict[str, float]:
-    """One round: local training, FedAvg, evaluation; appends the round's row to `history`
-    and returns the scores for the progress line."""
+    """One round: local training of the sampled clients, FedAvg of their updates, evaluation;
+    appends the round's row to `history` and returns the scores for the progress line. The
+    row's ε is the maximum over all clients of what each spent so far (a client not sampled
+    this round spent nothing in it)."""
     t0 = time.perf_counter()
-    updates = [c.train_round(fed.net, fed.wrapped, history.global_state) for c in fed.clients]
+    sampled = [fed.clients[k] for k in fed.schedule[history.rounds_done]]
+    updates = [c.train_round(fed.net, fed.wrapped, history.global_state) for c in sampled]
     history.global_state = fedavg(updates)
     fed.net.load_state_dict(history.global_state)
     scores = fed.evaluation.scores()
-    cumulative = max(u.ledger["epsilon"] for u in updates) if fed.method.dp else None
-    realised = max(u.ledger["eps_realised_reading"] for u in updates) if fed.method.dp else None
+    cumulative = max(float(c.epsilon()) for c in fed.clients) if fed.method.dp else None
+    realised = max(float(c.realised_epsilon()) for c in fed.clients) if fed.method.dp else None
     history.last_road = fed.evaluation.road() if road_due else None
     history.elapsed += time.perf_counter() - t0
     history.rows.append(
