@@ -30,7 +30,7 @@ from scipy.optimize import nnls
 from snakemake.utils import update_config
 
 from dpmed import job_cost
-from dpmed.config.checks import check_config, load_config_file
+from dpmed.config.checks import check_config, load_configs
 from dpmed.studies import STUDIES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,9 +40,7 @@ XCAL_MODELS = ("resnet18", "efficientnet_b0")
 
 
 def smoke() -> dict:
-    config = load_config_file(REPO / "config" / "config.yaml")
-    update_config(config, yaml.safe_load((REPO / "config" / "smoke.yaml").read_text()))
-    return config
+    return load_configs([REPO / "config" / "smoke.yaml"])
 
 
 def seg_point(model: str, size: int, width: int, batch: int) -> tuple[dict, dict]:
@@ -101,8 +99,9 @@ def points() -> dict[str, list[tuple[dict, dict]]]:
 TARGETS = {"seg": "attack.json", "fets": "privacy.json", "xcal": "privacy.json"}
 
 
-def measure(study: str, edit: dict, wc: dict) -> tuple[dict, dict[str, tuple[float, float]]]:
-    """Run one cell of `study` in a fresh folder: (resolved config, rule → (peak MB, wall s)).
+def measure(study: str, edit: dict, wc: dict) -> tuple[dict, dict, dict[str, tuple[float, float]]]:
+    """Run one cell of `study` in a fresh folder: (resolved config, the cell's hyperparameters,
+    rule → (peak MB, wall s)).
     The requests are set on the command line: the model being fitted does not run its own
     points."""
     config = smoke()
@@ -126,8 +125,8 @@ def measure(study: str, edit: dict, wc: dict) -> tuple[dict, dict[str, tuple[flo
                 header, values = tsv.read_text().splitlines()[:2]
                 row = dict(zip(header.split("\t"), values.split("\t"), strict=True))
                 measured[rule] = (float(row["max_rss"]), float(row["s"]))
-    check_config(config, REPO / "config" / "schema.yaml")
-    return config, measured
+    hp = check_config(config, REPO / "config" / "schema.yaml").params(study, wc)
+    return config, hp, measured
 
 
 def fit(rows: list[dict], kind: str) -> dict[str, float]:
@@ -149,8 +148,7 @@ def main() -> None:
     rows: dict[str, list[dict]] = {rule: [] for rule in args.rules}
     for study in dict.fromkeys(job_cost.RULES[rule][0] for rule in args.rules):
         for edit, wc in points()[study]:
-            config, measured = measure(study, edit, wc)
-            hp = check_config(config, REPO / "config" / "schema.yaml").params(study, wc)
+            config, hp, measured = measure(study, edit, wc)
             for rule in (r for r in args.rules if r in measured):
                 mem, time = job_cost.features(rule, config, wc, hp)
                 peak, seconds = measured[rule]

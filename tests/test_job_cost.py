@@ -7,20 +7,17 @@ from __future__ import annotations
 import math
 
 import pytest
-import yaml
 from conftest import REPO, SMOKE_CONFIG
 from snakemake.utils import update_config
 
 from dpmed import job_cost
-from dpmed.config.checks import check_config, load_config_file
+from dpmed.config.checks import check_config, load_configs
 
 SCHEMA = REPO / "config" / "schema.yaml"
 
 
 def grid_of(smoke: bool, **edits):
-    config = load_config_file(REPO / "config" / "config.yaml")
-    if smoke:
-        update_config(config, yaml.safe_load(SMOKE_CONFIG.read_text()))
+    config = load_configs([SMOKE_CONFIG] if smoke else [])
     update_config(config, edits)
     return config, check_config(config, SCHEMA)
 

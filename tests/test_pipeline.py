@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, SMOKE_CONFIG, run_snakemake
-from snakemake.utils import update_config
 
 pytestmark = pytest.mark.slow
 
@@ -147,11 +146,10 @@ def test_slurm_dry_run_requests_follow_the_config(tmp_path):
 
 def test_every_smoke_job_peaked_below_its_memory_request(smoke_run):
     from dpmed import job_cost
-    from dpmed.config.checks import check_config, load_config_file
+    from dpmed.config.checks import check_config, load_configs
     from dpmed.config.grid import wildcards_from_path
 
-    config = load_config_file(REPO / "config" / "config.yaml")
-    update_config(config, yaml.safe_load(SMOKE_CONFIG.read_text()))
+    config = load_configs([SMOKE_CONFIG])
     grid = check_config(config, REPO / "config" / "schema.yaml")
     checked = 0
     for rule in TRAINING_RULES:

@@ -22,8 +22,8 @@ measurement: no GPU was at hand when the model was fitted), and no request excee
 `TIME_GROWTH`^(attempt−1) more time; a job cut off by its time limit resumes from its
 checkpoint. `resources.<rule>.mem_scale` / `runtime_scale` scale one rule for a site.
 
-To see what a grid asks for, with the config files merged as `--configfile` merges them onto
-config/config.yaml:
+To see what a grid asks for (the config files as `--configfile` gives them; default
+config/config.yaml):
 
     python -m dpmed.job_cost [FILE ...]
 """
@@ -103,22 +103,18 @@ def _seg(config: Mapping[str, Any], wc: Mapping[str, str], hp: Mapping[str, Any]
     params = parameter_count(model, in_channels=1, n_classes=SEG_CLASSES[dataset], **architecture)
     batch, private = hp["batch_size"], wc["clip"] != "none"
     work = pixels * hp["width"] ** 2 / 1e9
+    mem = {
+        "const": 1.0,
+        f"act_{model}": batch * pixels * hp["width"] / MB,
+        "host": total * pixels * (FLOAT + 8) / MB,  # images (float32) and masks (int64)
+        # per-sample gradients and their clipped copy, weights, gradient, two Adam moments
+        "device": ((2 * batch if private else 0) + 4) * params * FLOAT / MB,
+    }
     return {
-        "mem": {
-            "const": 1.0,
-            f"act_{model}": batch * pixels * hp["width"] / MB,
-            "host": total * pixels * (FLOAT + 8) / MB,  # images (float32) and masks (int64)
-            # per-sample gradients and their clipped copy, weights, gradient, two Adam moments
-            "device": ((2 * batch if private else 0) + 4) * params * FLOAT / MB,
-        },
+        "mem": mem,
         "time": {"const": 1.0, f"work_{model}": hp["epochs"] * (train + total) * work},
         # the attack only scores the trained model: its weights, no gradients
-        "attack_mem": {
-            "const": 1.0,
-            f"act_{model}": batch * pixels * hp["width"] / MB,
-            "host": total * pixels * (FLOAT + 8) / MB,
-            "device": params * FLOAT / MB,
-        },
+        "attack_mem": {**mem, "device": params * FLOAT / MB},
         "attack_time": {"const": 1.0, f"work_{model}": total * work},
     }
 
@@ -281,15 +277,11 @@ def grid_requests(config: Mapping[str, Any], grid: Grid) -> Counter[tuple[str, R
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print the distinct requests of the grid `FILE ...` gives (merged onto the default
-    config as Snakemake merges --configfile), largest first."""
-    from snakemake.utils import update_config
+    """Print the distinct requests of the grid `FILE ...` gives (as `--configfile FILE ...`;
+    default config/config.yaml), largest first."""
+    from dpmed.config.checks import REPO, check_config, load_configs
 
-    from dpmed.config.checks import REPO, check_config, load_config_file
-
-    config = load_config_file(REPO / "config" / "config.yaml")
-    for path in sys.argv[1:] if argv is None else argv:
-        update_config(config, load_config_file(path))
+    config = load_configs(sys.argv[1:] if argv is None else argv)
     grid = check_config(config, REPO / "config" / "schema.yaml")
     print(f"{'rule':<11} {'mem_mb':>7} {'runtime':>11} {'GPU MB (at most)':>16}  jobs")
     ordered = sorted(

@@ -18,11 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
-from snakemake.utils import update_config
 
 from dpmed import job_cost
-from dpmed.config.checks import check_config, load_config_file
+from dpmed.config.checks import check_config, load_configs
 from dpmed.seg.spec import ATTACK_FILE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,9 +53,8 @@ def smoke_cells() -> tuple[list[str], dict[str, job_cost.Request]]:
     """The targets (an attack of one seg cell, its training coming with it; one fets and one
     xcal run) and the request each of their training and attack rules should make (the smoke
     config with `device: auto`, so they ask for a GPU)."""
-    config = load_config_file(REPO / "config" / "config.yaml")
-    update_config(config, yaml.safe_load(SMOKE.read_text()))
-    update_config(config, {"device": "auto"})
+    config = load_configs([SMOKE])
+    config["device"] = "auto"
     grid = check_config(config, REPO / "config" / "schema.yaml")
     seg, fets, xcal = grid.jobs("seg")[0], grid.jobs("fets")[-1], grid.jobs("xcal")[0]
     expected = {}

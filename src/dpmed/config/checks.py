@@ -132,17 +132,25 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     return config
 
 
+def load_configs(paths: Sequence[str | Path]) -> dict[str, Any]:
+    """The config the workflow sees for `--configfile PATHS`: the files merged in order, or
+    config/config.yaml when none is given (not yet validated)."""
+    from snakemake.utils import update_config
+
+    config: dict[str, Any] = {}
+    for path in paths or [REPO / "config" / "config.yaml"]:
+        update_config(config, load_config_file(path))
+    return config
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Check the config that `--configfile FILE ...` gives (files merged in order, default
     config/config.yaml): print the job counts and notes, or the error and return 1."""
-    from snakemake.utils import update_config
     from snakemake_interface_common.exceptions import WorkflowError
 
     paths = list(sys.argv[1:] if argv is None else argv) or [str(REPO / "config" / "config.yaml")]
-    config: dict[str, Any] = {}
     try:
-        for path in paths:
-            update_config(config, load_config_file(path))
+        config = load_configs(paths)
         grid = check_config(config, REPO / "config" / "schema.yaml")
     except (ValueError, WorkflowError) as err:  # ConfigError is a ValueError
         print(err, file=sys.stderr)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -130,7 +131,7 @@ def openfl_fetch_round(
     return global_state, local
 
 
-class DPSimAggFunction:
+class DPSimAggFunction(ABC):
     """A FeTS-challenge aggregation function: reads and checks each round's inputs on its first
     call; `release` answers one tensor. `records` holds one privacy record per round."""
 
@@ -179,12 +180,13 @@ class DPSimAggFunction:
                     "the tensor OpenFL passed"
                 )
 
+    @abstractmethod
     def start_round(self, fl_round: int) -> None:
         """Called once per round after its inputs are read and checked."""
 
+    @abstractmethod
     def release(self, local_tensors: Sequence[Any], tensor_name: str, fl_round: int) -> np.ndarray:
         """The noisy aggregate of one tensor."""
-        raise NotImplementedError
 
     def _record(self, fl_round: int, mech: RoundMechanisms) -> None:
         """Keeps and logs the round's privacy record (replacing the round's previous one)."""
