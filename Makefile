@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CORES  ?= 2
 
-.PHONY: demo test test-slurm install clean-demo
+.PHONY: demo test test-slurm install clean-demo slurm-profile
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -35,6 +35,13 @@ test: $(STAMP)
 # (needs root: installs slurmctld, slurmd, slurm-client and munge from Debian if missing).
 test-slurm: $(STAMP)
 	tests/slurm/local_cluster.sh
+
+# The SLURM site profile, installed where `snakemake --profile slurm` finds it
+# (~/.config/snakemake/slurm/; never overwritten). Optional: ACCOUNT=, CPU_PARTITION=, GPU_PARTITION=.
+# Standard library only, so it runs on a login node before `make install`.
+slurm-profile:
+	PYTHONPATH=src python3 -m dpmed.slurm_profile --template profiles/slurm-template \
+	    --account "$(ACCOUNT)" --cpu-partition "$(CPU_PARTITION)" --gpu-partition "$(GPU_PARTITION)"
 
 clean-demo:
 	rm -rf data results logs benchmarks .snakemake

@@ -1,11 +1,12 @@
 """dpmed: three studies of differentially private deep learning on medical images.
 
     snakemake --profile profiles/local --configfile config/smoke.yaml   # tiny synthetic grid
-    snakemake --profile profiles/slurm                                   # paper grids (config/config.yaml)
+    snakemake --profile slurm        # paper grids (config/config.yaml); `make slurm-profile` first
 
 See README.md for partial reruns and real data.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -13,9 +14,17 @@ from snakemake.utils import min_version
 
 min_version("9.0")
 
-# The library lives in src/. Snakemake puts this process's sys.path into the preamble of every
-# `script:` job (local, conda or SLURM), so `dpmed` imports there whether or not it is installed.
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+# This workflow's own folder: the main Snakefile's, or the module's when another workflow uses
+# dpmed through `module dpmed: snakefile: ...` (workflow.basedir is then the *other* workflow's).
+DPMED_ROOT = Path(workflow.current_basedir)
+# The library lives in src/. It goes first on sys.path here and first on PYTHONPATH for every job
+# (Snakemake only appends this process's sys.path to a `script:` job's), so an installed dpmed
+# or another checkout's editable install never runs in place of this workflow's code.
+DPMED_SRC = str(DPMED_ROOT / "src")
+sys.path.insert(0, DPMED_SRC)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [DPMED_SRC, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+)
 
 from dpmed.config.checks import load_config_file
 
@@ -25,10 +34,12 @@ from dpmed.config.checks import load_config_file
 # Snakemake reads a --configfile before this file runs, and its message for a YAML syntax error
 # names neither file nor line (`snakemake --verbose` shows both; so does
 # `python -m dpmed.config.checks FILE`); the default file is read here first to name them.
+# A workflow that uses dpmed as a module passes its own config (`config: config`) and Snakemake
+# then skips this configfile.
 if not workflow.config_settings.configfiles:
-    load_config_file(Path(workflow.basedir) / "config" / "config.yaml")
+    load_config_file(DPMED_ROOT / "config" / "config.yaml")
 
-    configfile: Path(workflow.basedir) / "config" / "config.yaml"
+    configfile: DPMED_ROOT / "config" / "config.yaml"
 
 
 include: "rules/common.smk"

@@ -7,11 +7,12 @@ from dpmed.config.checks import check_config
 from dpmed.config.wildcards import wildcard_patterns
 from dpmed.data.registry import ARRAY_FILES, datasets_writing, processed_files
 from dpmed.job_cost import request as cost_request
-from dpmed.report.outputs import EXTS_OF_KEYWORD
+from dpmed.report.menu import menu_name, report_item
+from dpmed.report.outputs import EXTS_OF_KEYWORD, FIGURE_EXTS, TABLE_EXTS
 from dpmed.studies import STUDIES
 
 
-GRID = check_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
+GRID = check_config(config, DPMED_ROOT / "config" / "schema.yaml")
 # Tables and figures the grid cannot feed are left out of the targets: say so and why (once,
 # not again in every job process that re-reads the workflow).
 if workflow.is_main_process:
@@ -24,7 +25,7 @@ GPU = 0 if config["device"] == "cpu" else 1
 TRAIN_THREADS = 1 if config["device"] == "cpu" else 4
 # Report categories of the cross-study outputs.
 DATA_CAT, PRIVACY_CAT = "data", "privacy"
-FIG, TAB = (".png", ".pdf"), (".csv", ".md")
+FIG, TAB = FIGURE_EXTS, TABLE_EXTS
 
 
 wildcard_constraints:
@@ -53,16 +54,18 @@ def raw_folder(dataset):
 
 
 def reported(stem, exts, caption, category, subcategory):
-    """Output files `stem + ext` for each ext; the first one goes into the report
-    (`snakemake --report`) under category/subcategory with workflow/report/<caption>.rst."""
-    first, *rest = [f"{stem}{ext}" for ext in exts]
-    shown = report(
-        first,
+    """Output files `stem + ext` for each ext, in order; one goes into the report
+    (`snakemake --report`: a table's .html, a figure's .png, dpmed.report.menu) under
+    category/subcategory (its menu name sorts by number) with workflow/report/<caption>.rst."""
+    files = [f"{stem}{ext}" for ext in exts]
+    shown = report_item(files)
+    flagged = report(
+        shown,
         caption=f"../workflow/report/{caption}.rst",
         category=category,
-        subcategory=subcategory,
+        subcategory=menu_name(subcategory),
     )
-    return [shown, *rest]
+    return [flagged if f == shown else f for f in files]
 
 
 def study_targets():

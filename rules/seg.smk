@@ -33,6 +33,8 @@ rule seg_train:
         SEG.log("seg_train"),
     benchmark:
         SEG.log("seg_train", "tsv")
+    group:
+        "seg_cell"  # bundled per SLURM job by the workflow profile (group-components)
     threads: TRAIN_THREADS
     resources:
         gpu=GPU,
@@ -61,6 +63,8 @@ rule seg_attack:
         SEG.log("seg_attack"),
     benchmark:
         SEG.log("seg_attack", "tsv")
+    group:
+        "seg_cell"  # bundled per SLURM job by the workflow profile (group-components)
     threads: TRAIN_THREADS
     resources:
         gpu=GPU,

@@ -33,6 +33,8 @@ rule xcal_train:
         XCAL.log("xcal_train"),
     benchmark:
         XCAL.log("xcal_train", "tsv")
+    group:
+        "xcal_run"  # bundled per SLURM job by the workflow profile (group-components)
     threads: TRAIN_THREADS
     resources:
         gpu=GPU,

@@ -44,11 +44,12 @@ def test_paper_grid_sizes_match_hand_count():
     table2, sound, fig2 = 6 * 5 * 3, 3 * 4 * 3 * 3, 2 * 4 * 4 * 4
     assert len(grid.jobs("seg")) == duke + umn + covid + table2 + sound + fig2 == 1196
     # fets: simagg, dp_simagg {paper, sound} × {1, 10}, fedavg, dp_fedavg sound × {1, 10};
-    # three seeds each.
-    assert len(grid.jobs("fets")) == (1 + 4 + 1 + 2) * 3
+    # + the sweep: simagg, fedavg, dp_simagg {paper, sound} and dp_fedavg sound × 4 eps0, at
+    # 4 participations; three seeds each.
+    assert len(grid.jobs("fets")) == (1 + 4 + 1 + 2 + 4 * (2 + 3 * 4)) * 3
     # xcal: 102 main + 12 centralized + 54 clients×shift + 84 ablation, minus the 6 + 12 cells
-    # that blocks 3 and 4 share with block 1.
-    assert len(grid.jobs("xcal")) == 102 + 12 + 54 + 84 - 6 - 12
+    # that blocks 3 and 4 share with block 1; three seeds each.
+    assert len(grid.jobs("xcal")) == (102 + 12 + 54 + 84 - 6 - 12) * 3
     assert grid.datasets() == list(DATASETS)  # every dataset, in registry order
 
 
@@ -57,8 +58,9 @@ def test_smoke_grid_covers_every_value(smoke):
     # seg: duke unet 5 clips (+ seed 1 of none and flat), unetpp 6 morphs × {none, flat},
     # 6 quantile variants, the 2 × 2 lr × C sweep on duke and umn, umn 4, covidct 4.
     assert len(grid.jobs("seg")) == 5 + 2 + 12 + 6 + 8 + 4 + 4
-    # fets: fedavg, simagg at inf; dp_simagg {paper, sound} and dp_fedavg sound at eps0 {1, 10}.
-    assert len(grid.jobs("fets")) == 2 + 4 + 2
+    # fets: fedavg, simagg at inf; dp_simagg {paper, sound} and dp_fedavg sound at eps0 {1, 10};
+    # the sweep at 2 participations: fedavg at inf, dp_fedavg at 2 eps0, dp_simagg sound at 1.
+    assert len(grid.jobs("fets")) == 2 + 4 + 2 + 2 * (1 + 2 + 1)
     # xcal: bloodmnist nondp at inf + static/agp/agp-dp/xcal at 5; pneumoniamnist centralized
     # c1 and xcal-logit c3; dermamnist static {label, covariate} × {3, 5} clients.
     assert len(grid.jobs("xcal")) == 5 + 2 + 4
@@ -274,10 +276,10 @@ def test_key_order_does_not_change_job_params(smoke):
     assert repr(smoke["data"]) == repr(reordered["data"])
 
 
-def test_paper_config_runs_at_least_three_seeds_per_seg_and_fets_block():
-    """Every block of the paper grids runs ≥ 3 seeds, so every table can give an interval over
-    seeds (xcal follows once its blocks are seeded likewise)."""
+def test_paper_config_runs_at_least_three_seeds_per_block():
+    """Every block of every study's paper grid runs ≥ 3 seeds, so every table can give an
+    interval over seeds."""
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    for study in ("seg", "fets"):
+    for study in ("seg", "fets", "xcal"):
         for index, block in enumerate(config[study]["grid"]):
             assert len(set(block["seeds"])) >= 3, f"{study}.grid[{index}]"

@@ -9,6 +9,7 @@ import pytest
 import yaml
 from conftest import REPO
 
+from dpmed.config.wildcards import NUMBER_PATTERN
 from dpmed.fets.aggregation import (
     AGGREGATORS,
     DP_MODES,
@@ -35,7 +36,10 @@ def test_schema_enums_equal_the_registries():
 
 
 def test_spec_reads_the_registries():
-    assert SPEC.patterns["aggregator"] == "fedavg|simagg|dp_simagg|dp_fedavg"
+    # a registered aggregator, optionally with a participation sweep's `-rho<ρ>` suffix
+    assert SPEC.patterns["aggregator"] == (
+        rf"(?:fedavg|simagg|dp_simagg|dp_fedavg)(?:-rho{NUMBER_PATTERN})?"
+    )
     assert SPEC.patterns["dpmode"] == "none|paper|sound"
     valid = {
         (a, m, e)

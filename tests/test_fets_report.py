@@ -1,16 +1,20 @@
-"""fets Fig. 2 (paper 000): the four modalities of one slice with the BraTS labels."""
+"""fets report (paper 000): Fig. 2, the four modalities of one slice with the BraTS labels;
+Fig. 4 over seeds; Table II pooled over seeds with intervals and paired tests."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from dpmed.data import fets
 from dpmed.data.synthetic import fets as synthetic_fets
-from dpmed.fets.report import figure2
+from dpmed.fets.brats import DICE_KEYS
+from dpmed.fets.report import figure2, table2
 from dpmed.fets.spec import REPORTS
 
 
@@ -73,3 +77,56 @@ def test_figure4_draws_each_method_once_as_the_mean_over_its_seeds(tmp_path, mon
     ys = band.get_paths()[0].vertices[:, 1]
     assert ys.max() == pytest.approx(0.6 + half, rel=1e-5)
     assert ys.min() == pytest.approx(0.4 - half, rel=1e-5)
+
+
+def _table2_run(root, aggregator, dpmode, eps, seed, dice, eps_rdp=np.nan):
+    """A fets run folder with the metrics.json and privacy.json Table II reads."""
+    run = root / f"results/fets/{aggregator}/{dpmode}/eps{eps}/seed{seed}"
+    run.mkdir(parents=True)
+    metrics = {"sim_time_s": 600.0, "convergence_score": dice / 2, "dice_WT_round0": 0.1}
+    metrics |= {k: dice for k in DICE_KEYS}
+    private = dpmode != "none"
+    privacy = {
+        "epsilon_by_accountant": {"rdp": eps_rdp} if private else {},
+        "delta": 1e-5 if private else None,
+        "guarantee": "dp" if private else "none",
+    }
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    (run / "privacy.json").write_text(json.dumps(privacy))
+    return run
+
+
+def test_table2_pools_seeds_with_t_intervals_and_paired_tests(tmp_path):
+    dice = {("simagg", "none"): [0.60, 0.66, 0.70], ("fedavg", "none"): [0.55, 0.57, 0.66],
+            ("dp_simagg", "sound"): [0.20, 0.22, 0.21], ("dp_simagg", "paper"): [0.10, 0.15, 0.12],
+            ("dp_fedavg", "sound"): [0.18, 0.30, 0.19]}  # fmt: skip
+    runs = []
+    for (aggregator, dpmode), values in dice.items():
+        eps = "inf" if dpmode == "none" else "1"
+        for seed, value in enumerate(values):
+            runs.append(_table2_run(tmp_path, aggregator, dpmode, eps, seed, value, 1.0 + seed))
+    table = table2(runs[::-1], tmp_path / "table2.csv")
+    methods = [
+        "DP-SimAgg paper eps0=1",
+        "SimAgg",
+        "DP-SimAgg sound eps0=1",
+        "FedAvg",
+        "DP-FedAvg eps0=1",
+    ]  # fmt: skip (the registered order)
+    assert table["method"].tolist() == methods
+    table = table.set_index(["aggregator", "dpmode"])
+    row = table.loc[("simagg", "none")]
+    x = dice[("simagg", "none")]
+    want = stats.t.interval(0.95, 2, loc=np.mean(x), scale=stats.sem(x))
+    assert row["n_seeds"] == 3 and row["dice_WT_mean"] == pytest.approx(np.mean(x))
+    assert (row["dice_WT_ci_low"], row["dice_WT_ci_high"]) == pytest.approx(want)
+    p = stats.ttest_rel(x, dice[("fedavg", "none")]).pvalue
+    assert row["dice_WT_p_vs_fedavg"] == pytest.approx(p, rel=1e-12)
+    sound = table.loc[("dp_simagg", "sound")]
+    p = stats.ttest_rel(dice[("dp_simagg", "sound")], dice[("dp_fedavg", "sound")]).pvalue
+    assert sound["dice_ET_p_vs_fedavg"] == pytest.approx(p, rel=1e-12)
+    p = stats.ttest_rel(dice[("dp_simagg", "sound")], dice[("dp_simagg", "paper")]).pvalue
+    assert sound["convergence_score_p_vs_paper"] == pytest.approx(p, rel=1e-12)
+    assert sound["eps_total_rdp"] == 3.0 and sound["guarantee"] == "dp"  # largest over seeds
+    assert np.isnan(table.loc[("fedavg", "none"), "dice_WT_p_vs_fedavg"])
+    assert np.isnan(table.loc[("simagg", "none"), "dice_WT_p_vs_paper"])

@@ -1,16 +1,25 @@
-"""The t-interval of a mean over seeds against scipy's own interval."""
+"""The tables' statistics against scipy: t-interval over seeds, the summary convention,
+paired t-tests over seeds and the stratified percentile bootstrap."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from dpmed.report.intervals import t_interval
+from dpmed.metrics.membership import auc
+from dpmed.report.intervals import (
+    bootstrap_interval,
+    paired_p,
+    paired_tests,
+    summarize,
+    t_interval,
+)
 
 finite = st.floats(-1e3, 1e3, allow_nan=False)
 
@@ -40,3 +49,77 @@ def test_one_value_has_no_interval():
     assert mean == 0.7 and math.isnan(low) and math.isnan(high)
     with pytest.raises(ValueError):
         t_interval([])
+
+
+def _runs() -> pd.DataFrame:
+    """Two methods × two cells × seeds, rows shuffled; cell b lacks seed 2 of the baseline."""
+    rows = []
+    for cell, method, seed, score in [
+        ("a", "flat", 0, 0.50), ("a", "flat", 1, 0.55), ("a", "flat", 2, 0.61),
+        ("a", "psac", 0, 0.58), ("a", "psac", 1, 0.60), ("a", "psac", 2, 0.70),
+        ("b", "flat", 0, 0.30), ("b", "flat", 1, 0.40),
+        ("b", "psac", 2, 0.90), ("b", "psac", 1, 0.35), ("b", "psac", 0, 0.33),
+    ]:  # fmt: skip
+        rows.append({"cell": cell, "method": method, "seed": seed, "score": score})
+    return pd.DataFrame(rows).sample(frac=1.0, random_state=3)
+
+
+def test_summarize_gives_mean_interval_and_seed_count_per_group():
+    runs = _runs()
+    table = summarize(runs, ["cell", "method"], ["score"]).set_index(["cell", "method"])
+    assert list(table.columns) == ["n_seeds", "score_mean", "score_ci_low", "score_ci_high"]
+    for (cell, method), group in runs.groupby(["cell", "method"]):
+        x = group["score"].to_numpy()
+        want = stats.t.interval(0.95, len(x) - 1, loc=x.mean(), scale=stats.sem(x))
+        got = table.loc[(cell, method)]
+        assert got["n_seeds"] == len(x)
+        assert got["score_mean"] == pytest.approx(x.mean())
+        assert (got["score_ci_low"], got["score_ci_high"]) == pytest.approx(want)
+    one = summarize(runs[runs["seed"] == 0], ["cell", "method"], ["score"])
+    assert one["n_seeds"].tolist() == [1] * 4 and one["score_ci_high"].isna().all()
+
+
+def test_paired_tests_pair_by_seed_and_match_scipy():
+    p = paired_tests(_runs(), ["cell"], "method", "flat", ["score"])
+    p = p.set_index(["cell", "method"])["score_p_vs_flat"]
+    want = stats.ttest_rel([0.58, 0.60, 0.70], [0.50, 0.55, 0.61]).pvalue
+    assert p[("a", "psac")] == pytest.approx(want, rel=1e-12)
+    want = stats.ttest_rel([0.33, 0.35], [0.30, 0.40]).pvalue  # seed 2 has no baseline
+    assert p[("b", "psac")] == pytest.approx(want, rel=1e-12)
+    assert math.isnan(p[("a", "flat")]) and math.isnan(p[("b", "flat")])
+
+
+def test_paired_p_needs_two_pairs_with_spread():
+    assert math.isnan(paired_p([0.5], [0.4]))
+    assert math.isnan(paired_p([0.5, 0.6], [0.4, 0.5]))  # constant difference
+    assert paired_p([1.0, 2.0, 4.0], [0.5, 1.0, 1.0]) == pytest.approx(
+        stats.ttest_rel([1.0, 2.0, 4.0], [0.5, 1.0, 1.0]).pvalue
+    )
+
+
+def test_bootstrap_matches_scipy_percentile_bootstrap():
+    """One run: scipy's percentile bootstrap of the AUC with members and non-members
+    resampled independently; two runs: the mean of the two runs' AUCs over four samples."""
+    rng = np.random.default_rng(0)
+    runs = [(rng.normal(0.5, 1, 20), rng.normal(0, 1, 20)) for _ in range(2)]
+    for used in (runs[:1], runs):
+        got = bootstrap_interval(used, auc, n_resamples=20000, seed=1)
+
+        def mean_auc(*samples):
+            pairs = zip(samples[::2], samples[1::2], strict=True)
+            return np.mean([auc(m, n) for m, n in pairs])
+
+        data = [s for run in used for s in run]
+        want = stats.bootstrap(
+            data, mean_auc, n_resamples=20000, method="percentile", vectorized=False,
+            paired=False, random_state=2,
+        ).confidence_interval  # fmt: skip
+        assert got == pytest.approx((want.low, want.high), abs=0.01)
+    assert bootstrap_interval(runs, auc, seed=5) == bootstrap_interval(runs, auc, seed=5)
+
+
+def test_bootstrap_of_a_constant_statistic_is_that_constant():
+    assert bootstrap_interval([(np.ones(3), np.zeros(4))], lambda a, b: a.mean() - b.mean()) == (
+        1.0,
+        1.0,
+    )

@@ -5,6 +5,7 @@ HTML report holds every table and figure."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -57,15 +58,15 @@ def test_second_smoke_run_is_byte_identical(smoke_run, tmp_path_factory):
     run_snakemake("--directory", str(again), "--configfile", str(SMOKE_CONFIG), "--cores", "2")
     first, second = digests(smoke_run), digests(again)
     assert first == second
-    # Every figure has its PDF twin, every table its Markdown twin; measured wall-clock lives
-    # outside the compared folders.
+    # Every figure has its PDF twin, every table its Markdown and HTML twins; measured
+    # wall-clock lives outside the compared folders.
     names = set(first)
     assert any(n.startswith("results/figures/seg_fig12") for n in names)
     for name in names:
         if name.endswith(".png"):
             assert name[:-4] + ".pdf" in names
         if name.startswith("results/tables") and name.endswith(".csv"):
-            assert name[:-4] + ".md" in names
+            assert name[:-4] + ".md" in names and name[:-4] + ".html" in names
     assert (again / "results/measured/seg_fig8_training_time.png").exists()
 
 
@@ -175,11 +176,14 @@ def test_report_holds_every_table_and_figure(smoke_run):
         path.name
         for folder in ("results/tables", "results/figures", "results/measured")
         for path in (smoke_run / folder).iterdir()
-        if path.suffix in (".csv", ".png")
+        if path.suffix in (".html", ".png")  # a table is shown as its HTML twin
     ]
     assert len(shown) >= 35  # every table and figure of the smoke grid
     for name in shown:
         assert name in html, name
+    # The report embeds the privacy summary's HTML table itself (base64), not a CSV download.
+    summary = (smoke_run / "results/tables/privacy_summary.html").read_bytes()
+    assert b"<table" in summary and base64.b64encode(summary).decode() in html
     for category in ("seg (paper 002)", "fets (paper 000)", "xcal (paper 001)", "privacy"):
         assert category in html
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from conftest import SMOKE_CONFIG, loaded_workflow
 
+from dpmed.report.menu import menu_name
 from dpmed.report.outputs import ReportOutput
 from dpmed.seg import spec as seg_spec
 
@@ -59,7 +60,7 @@ def test_one_registered_entry_becomes_a_reported_rule_that_rule_all_asks_for(tmp
             shown = outputs["results/figures/seg_toy_figure.png"]
             assert "results/figures/seg_toy_figure.pdf" in outputs
             assert is_flagged(shown, "report")
-            assert shown.flags["report"].subcategory == "Fig. 99"
+            assert shown.flags["report"].subcategory == menu_name("Fig. 99")
             assert shown.flags["report"].caption.get_filename() == "seg_fig8.rst"
             assert "seg_toy_figure" in workflow._localrules and rule.params.writer == toy.writer
             assert len(rule.input) == 41  # one metrics.json per seg run of the smoke grid

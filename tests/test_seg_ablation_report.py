@@ -10,6 +10,7 @@ import matplotlib.colors as mcolors
 import pandas as pd
 import pytest
 from matplotlib.container import BarContainer
+from scipy import stats
 
 import dpmed.seg.report.adaptive as seg_adaptive
 from dpmed.report.style import write_table
@@ -62,7 +63,7 @@ def test_lr_clip_cells_are_seed_means(sweep, tmp_path):
     cells = lr_clip_figure(sweep, tmp_path / "fig2.png")
     got = [
         (d, lr, c, round(v, 10), n)
-        for d, lr, c, v, n in cells[["dataset", "lr", "C", "dice_mean", "seeds"]].itertuples(
+        for d, lr, c, v, n in cells[["dataset", "lr", "C", "dice_mean", "n_seeds"]].itertuples(
             index=False
         )
     ]
@@ -74,7 +75,9 @@ def test_lr_clip_cells_are_seed_means(sweep, tmp_path):
         ("umn", 0.0003, 1.0, 0.4, 1),
     ]
     assert set(cells["rule"]) == {"flat"} and set(cells["model"]) == {"unet"}
-    assert cells.loc[0, "dice_std"] == pytest.approx(math.sqrt(2 * 0.025**2))
+    want = stats.t.interval(0.95, 1, loc=0.525, scale=stats.sem([0.50, 0.55]))
+    assert (cells.loc[0, "dice_ci_low"], cells.loc[0, "dice_ci_high"]) == pytest.approx(want)
+    assert math.isnan(cells.loc[1, "dice_ci_low"])  # one seed
     assert (tmp_path / "fig2.png").stat().st_size > 1000 and (tmp_path / "fig2.pdf").exists()
 
 
@@ -119,26 +122,38 @@ def quantile_runs(tmp_path):
 
 def test_quantile_table_deltas_equal_hand_computation(quantile_runs, tmp_path):
     table = quantile_table(quantile_runs, [20, 85])
-    assert list(table.columns) == ["model", "policy", "setting", "AUTO-S", "Flat", "Non-private"]
+    labels = ["AUTO-S", "Flat", "Non-private"]
+    stats_of = ["", "_ci_low", "_ci_high", "_p_vs_base"]
+    assert list(table.columns) == ["model", "policy", "setting"] + [
+        label + suffix for label in labels for suffix in stats_of
+    ]
     keys = list(table[["model", "policy", "setting"]].itertuples(index=False, name=None))
     assert keys == [
         ("UNet++", v, s) for v in ("v1", "v2", "v3") for s in ("Δ_{25,80}", "Δ_{30,70}")
     ]
-    expected = {  # Dice_{20,85} − Dice_q, means over seeds; None = missing
+    expected = {  # Dice_{20,85} − Dice_q, mean over the seeds both ran; None = missing
         ("v1", "Δ_{25,80}"): (None, 0.71 - 0.695, 0.80 - 0.79),
-        ("v1", "Δ_{30,70}"): (None, 0.71 - 0.73, None),
+        ("v1", "Δ_{30,70}"): (None, 0.70 - 0.73, None),  # seed 0 only
         ("v2", "Δ_{25,80}"): (None, 0.60 - 0.50, None),
         ("v2", "Δ_{30,70}"): (None, None, None),
         ("v3", "Δ_{25,80}"): (None, 0.50 - 0.45, None),
         ("v3", "Δ_{30,70}"): (None, None, None),
     }
-    for row in table.itertuples(index=False):
-        for got, want in zip(row[3:], expected[row.policy, row.setting], strict=True):
+    for row in table.to_dict("records"):
+        for label, want in zip(labels, expected[row["policy"], row["setting"]], strict=True):
+            got = row[label]
             assert math.isnan(got) if want is None else got == pytest.approx(want)
+    # v1 Δ_{25,80} on Flat: seeds 0 and 1 pair, differences 0.01 and 0.02
+    first = table.iloc[0]
+    want = stats.t.interval(0.95, 1, loc=0.015, scale=stats.sem([0.01, 0.02]))
+    assert (first["Flat_ci_low"], first["Flat_ci_high"]) == pytest.approx(want)
+    p = stats.ttest_rel([0.70, 0.72], [0.69, 0.70]).pvalue
+    assert first["Flat_p_vs_base"] == pytest.approx(p)
+    assert math.isnan(first["Non-private_ci_low"]) and math.isnan(first["Non-private_p_vs_base"])
     out = tmp_path / "table2.csv"
     write_table(table, out)
     first = list(csv.reader(out.read_text().splitlines()))[1]
-    assert first[3] == "" and float(first[4]) == pytest.approx(0.015)  # missing cell is empty
+    assert first[3] == "" and float(first[7]) == pytest.approx(0.015)  # missing cell is empty
 
 
 def test_quantile_table_needs_variants(quantile_runs):

@@ -10,19 +10,27 @@ import numpy as np
 import pytest
 import torch
 from conftest import SEG_PARAMS
+from scipy import stats
 from scipy.stats import mannwhitneyu
 from test_seg_train import job, train
 
 from dpmed.io import write_json, write_npz
 from dpmed.metrics import membership as mi
 from dpmed.models import build_model, save_model
+from dpmed.report.intervals import bootstrap_interval
 from dpmed.seg.attack import run_attack
 from dpmed.seg.data import load_seg_data
 from dpmed.seg.evaluate import morph_output
 from dpmed.seg.inference import load_run_model
 from dpmed.seg.losses import per_sample_loss
 from dpmed.seg.morphology import parse_morph
-from dpmed.seg.report.attack import attack_report
+from dpmed.seg.report.attack import (
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
+    attack_report,
+    attack_table,
+    collect_attacks,
+)
 
 # Hand-made example (scores = −loss). Members M = [4, 3, 3, 1], non-members N = [3, 2, 0, 0].
 M, N = [4.0, 3.0, 3.0, 1.0], [3.0, 2.0, 0.0, 0.0]
@@ -176,6 +184,9 @@ def test_run_attack_on_a_tiny_trained_run(tmp_path):
         "n_evaluation": {"members": 3, "nonmembers": 3},
     }
     assert result["wildcards"] == wc and result["seed"] == 3
+    scores = result["evaluation_scores"]  # per image, for the report's bootstrap
+    assert len(scores["members"]) == len(scores["nonmembers"]) == 3
+    assert mi.auc(scores["members"], scores["nonmembers"]) == result["auc"]
     for key in keys - {"threshold"}:
         assert 0 <= result[key] <= 1
     # every held-out image is used, so their mean loss is that of an independent recomputation
@@ -202,9 +213,10 @@ def test_adaptive_batch_scope_is_scored_image_by_image(tmp_path):
     assert _independent_losses(run, processed, "duke", "adaptive-v1", 7).mean() != expected
 
 
-def _attack_json(path, wc, auc, ba):
+def _attack_json(path, wc, auc, ba, scores=((-1.0, -2.0), (-1.5, -3.0))):
     metrics = {"auc": auc, "balanced_accuracy": ba, "advantage": 2 * ba - 1}
     metrics |= {"tpr_at_fpr_1pct": 0.1, "tpr_at_fpr_0.1pct": 0.0, "threshold": -1.0}
+    metrics["evaluation_scores"] = {"members": list(scores[0]), "nonmembers": list(scores[1])}
     write_json(path / "attack.json", metrics | {"wildcards": wc})
     return str(path / "attack.json")
 
@@ -235,9 +247,13 @@ def test_attack_report_table_and_figure(tmp_path):
         ("umn", "psac", "none"),
     ]
     first = table.iloc[0]
-    assert first["n_seeds"] == 2 and first["auc"] == pytest.approx(0.75)
-    assert first["balanced_accuracy"] == pytest.approx(0.70)
-    assert first["balanced_accuracy_sd"] == pytest.approx(np.std([0.75, 0.65], ddof=1))
+    assert first["n_seeds"] == 2 and first["auc_mean"] == pytest.approx(0.75)
+    assert first["balanced_accuracy_mean"] == pytest.approx(0.70)
+    want = stats.t.interval(0.95, 1, loc=0.70, scale=stats.sem([0.75, 0.65]))
+    assert (first["balanced_accuracy_ci_low"], first["balanced_accuracy_ci_high"]) == (
+        pytest.approx(want)
+    )
+    assert math.isnan(table.iloc[1]["auc_ci_low"])  # one seed: no t-interval
     before = png.read_bytes()
     attack_report(paths, png, csv)
     assert png.read_bytes() == before
@@ -254,3 +270,46 @@ def test_attack_report_rejects_empty_input(tmp_path):
     )
     with pytest.raises(ValueError, match="no attack results of paper cells"):
         attack_report([only_sweep], tmp_path / "b.png", tmp_path / "b.csv")
+
+
+def test_attack_table_bootstraps_images_and_pairs_seeds_against_flat(tmp_path):
+    """Bootstrap columns: the members/non-members of each seed resampled separately, the
+    statistic averaged over seeds (`bootstrap_interval`, itself tested against scipy); a
+    perfect separation in every resample gives [1, 1]. p_vs_flat: scipy's paired t-test."""
+    base = dict(dataset="duke", model="unet", morph="none", eps="50")
+    rng = np.random.default_rng(4)
+    runs, paths = [], []
+    for i, (clip, seed, auc) in enumerate(
+        [("flat", 0, 0.50), ("flat", 1, 0.55), ("flat", 2, 0.52),
+         ("psac", 2, 0.60), ("psac", 0, 0.58), ("psac", 1, 0.70)]
+    ):  # fmt: skip
+        scores = (rng.normal(0.3, 1, 6), rng.normal(0, 1, 5))
+        if clip == "psac" and seed == 0:
+            scores = (np.array([5.0, 6.0]), np.array([1.0, 2.0, 3.0]))
+        (tmp_path / str(i)).mkdir()
+        wc = base | dict(clip=clip, seed=str(seed))
+        paths.append(_attack_json(tmp_path / str(i), wc, auc, 0.5, scores))
+        runs.append((clip, seed, auc, scores))
+    table = attack_table(collect_attacks(paths)).set_index("clip")
+    for clip in ("flat", "psac"):
+        cell = [r[3] for r in runs if r[0] == clip]
+        want = bootstrap_interval(cell, mi.auc, BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED)
+        got = table.loc[clip, ["auc_boot_low", "auc_boot_high"]]
+        assert tuple(got) == pytest.approx(want)
+        assert table.loc[clip, "auc_boot_low"] <= table.loc[clip, "auc_boot_high"]
+    perfect = [r[3] for r in runs if r[0] == "psac" and r[1] == 0]
+    assert bootstrap_interval(perfect, mi.auc) == (1.0, 1.0)
+    want = stats.ttest_rel([0.58, 0.70, 0.60], [0.50, 0.55, 0.52]).pvalue  # seeds 0, 1, 2
+    assert table.loc["psac", "auc_p_vs_flat"] == pytest.approx(want)
+    assert math.isnan(table.loc["flat", "auc_p_vs_flat"])
+    assert table.loc["psac", "n_seeds"] == 3
+
+
+def test_an_attack_json_without_per_image_scores_names_the_file_and_the_fix(tmp_path):
+    from dpmed.errors import DataFormatError
+    from dpmed.seg.report.attack import collect_attacks
+
+    old = tmp_path / "attack.json"
+    old.write_text('{"wildcards": {}, "auc": 0.5}')
+    with pytest.raises(DataFormatError, match="attack.json.*rerun this attack"):
+        collect_attacks([old])

@@ -7,6 +7,7 @@ import math
 
 import pandas as pd
 import pytest
+from scipy import stats
 
 from dpmed.seg.report.main import (
     clipping_figure,
@@ -74,16 +75,19 @@ def test_labels_follow_table_3():
     assert setting_method("psac", "adaptive-v3") == ("DP + Adaptive Morph (v3)", "PSAC")
 
 
-def test_main_table_means_and_stds_over_seeds(runs):
+def test_main_table_means_and_t_intervals_over_seeds(runs):
     table = main_table(collect_runs(runs), "duke")
     assert len(table) == 5  # one row per (model, clip, morph, eps) cell
     first = table.iloc[0]
-    assert (first["setting"], first["method"], first["seeds"]) == ("Non-private", "No Morph", 2)
+    assert (first["setting"], first["method"], first["n_seeds"]) == ("Non-private", "No Morph", 2)
+    assert first["model"] == "UNet"
     assert first["dice_mean"] == pytest.approx(0.82)
-    assert first["dice_std"] == pytest.approx(math.sqrt(2 * 0.02**2))  # ddof 1
-    assert first["HD95"] == "7.0000 ± 1.4142"
+    want = stats.t.interval(0.95, 1, loc=0.82, scale=stats.sem([0.80, 0.84]))
+    assert (first["dice_ci_low"], first["dice_ci_high"]) == pytest.approx(want)
+    half = stats.t.ppf(0.975, 1) * stats.sem([8.0, 6.0])
+    assert first["HD95"] == f"7.0000 ± {half:.4f}"
     assert (first["hd95_empty"], first["hd95_both_empty"]) == (2, 4)  # summed over seeds
-    assert math.isnan(table.iloc[1]["dice_std"]) and table.iloc[1]["Dice"] == "0.7000 (n=1)"
+    assert math.isnan(table.iloc[1]["dice_ci_low"]) and table.iloc[1]["Dice"] == "0.7000 (n=1)"
     assert list(table["setting"]) == [
         "Non-private",
         "DP (no morph)",
@@ -123,3 +127,18 @@ def test_figure_morph_bar_is_the_fixed_variant_best_on_validation(runs):
     cells = _cell_means(collect_runs(runs))
     chosen = best_fixed(cells[(cells["model"] == "unet") & (cells["clip"] == "flat")])
     assert chosen["morph"] == "open-k5"  # val 0.9 beats both-k3's 0.5 despite lower test Dice
+
+
+def test_main_table_tests_each_clip_rule_against_flat_paired_by_seed(tmp_path):
+    dice = {"flat": [0.70, 0.74, 0.71], "psac": [0.72, 0.79, 0.75]}
+    paths = [
+        _write(tmp_path, "duke", "unet", clip, "none", "8", seed, value)
+        for clip, values in dice.items()
+        for seed, value in reversed(list(enumerate(values)))
+    ]
+    paths.append(_write(tmp_path, "duke", "unet", "autos", "none", "8", 0, 0.6))  # 1 pair
+    table = main_table(collect_runs(paths), "duke").set_index("clip")
+    want = stats.ttest_rel(dice["psac"], dice["flat"]).pvalue
+    assert table.loc["psac", "dice_p_vs_flat"] == pytest.approx(want, rel=1e-12)
+    assert math.isnan(table.loc["flat", "dice_p_vs_flat"])
+    assert math.isnan(table.loc["autos", "dice_p_vs_flat"])

@@ -80,7 +80,7 @@ def test_tables_have_one_row_per_cell(smoke):
     for dataset, sub in frame.groupby("dataset"):
         table = pd.read_csv(workdir / f"results/tables/seg_main_{dataset}.csv")
         assert len(table) == len(sub.drop(columns="seed").drop_duplicates())
-        assert table["seeds"].sum() == len(sub)
+        assert table["n_seeds"].sum() == len(sub)
         assert ("S_alpha" in table.columns) == (dataset == "covidct")
         assert (workdir / f"results/tables/seg_main_{dataset}.md").exists()
 

@@ -65,6 +65,7 @@ def test_data_stage_is_byte_identical_across_runs(smoke_run, tmp_path):
     for expected in (
         "results/tables/datasets.csv",
         "results/tables/datasets.md",
+        "results/tables/datasets.html",
         "results/figures/data_overview.png",
         "results/figures/data_overview.pdf",
         "results/figures/fets_fig1_patients_per_institution.png",

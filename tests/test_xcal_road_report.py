@@ -9,31 +9,42 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from dpmed.xcal.report import (
     ROAD_LABEL,
     ablation_table,
+    clients_table,
     collect,
     efficiency_table,
     main_table,
+    runtime_table,
     trajectories_figure,
 )
 
 PERCENTAGES = [0.2, 0.5]
 
 
-def _run(root: Path, method: str, road: float, combined: float) -> Path:
+def _run(
+    root: Path,
+    method: str,
+    road: float,
+    combined: float,
+    seed: int = 0,
+    f1: float = 0.5,
+    clients: int = 3,
+) -> Path:
     """A run folder with the files the report reads (2 rounds, ROAD in both)."""
-    folder = root / method
-    folder.mkdir()
+    folder = root / f"results/xcal/bloodmnist/resnet18/{method}/iid/c{clients}/eps1/seed{seed}"
+    folder.mkdir(parents=True)
     metrics = {
         "dataset": "bloodmnist",
         "model": "resnet18",
         "method": method,
         "shift": "iid",
-        "clients": "3",
+        "clients": str(clients),
         "eps": "1",
-        "f1": 0.5,
+        "f1": f1,
         "accuracy": 0.6,
         "road": road,
         "road_combined": combined,
@@ -62,12 +73,14 @@ def frame(tmp_path: Path) -> pd.DataFrame:
 
 def test_tables_carry_road_in_percent_and_the_combined_score(frame):
     main = main_table(frame).set_index("method")
-    assert main.loc["xcal", "road"] == 80.0 and main.loc["xcal", "road_combined"] == 0.3
-    assert main.loc["static", "road"] == 15.0 and main.loc["static", "road_combined"] == 0.05
+    assert main.loc["xcal", "road_mean"] == 80.0 and main.loc["xcal", "road_combined_mean"] == 0.3
+    assert main.loc["static", "road_mean"] == 15.0
+    assert main.loc["static", "road_combined_mean"] == 0.05
+    assert main.loc["xcal", "n_seeds"] == 1 and np.isnan(main.loc["xcal", "road_ci_low"])
     efficiency = efficiency_table(frame).set_index("method")
-    assert efficiency.loc["xcal", "road_per_eps"] == pytest.approx(140.0)
+    assert efficiency.loc["xcal", "road_per_eps_mean"] == pytest.approx(140.0)
     ablation = ablation_table(frame)
-    assert list(ablation[["road", "road_combined"]].iloc[0]) == [80.0, 0.3]
+    assert list(ablation[["road_mean", "road_combined_mean"]].iloc[0]) == [80.0, 0.3]
 
 
 def test_trajectories_plot_road_in_percent_and_the_final_morf_lerf_curves(frame):
@@ -81,3 +94,46 @@ def test_trajectories_plot_road_in_percent_and_the_final_morf_lerf_curves(frame)
     np.testing.assert_allclose(morf.get_ydata(), [40.0, 80.0])
     assert sum(k.endswith("LeRF") for k in lines) == 2
     plt.close(fig)
+
+
+def test_tables_give_intervals_over_seeds_and_paired_tests_against_static(tmp_path):
+    f1 = {"static": [0.50, 0.56, 0.52], "xcal": [0.58, 0.60, 0.59]}
+    runs = [
+        _run(tmp_path, method, 20.0 + seed, 0.1, seed=seed, f1=value, clients=clients)
+        for method, values in f1.items()
+        for seed, value in enumerate(values)
+        for clients in (3, 10)
+    ]
+    frame = collect(runs)
+    main = main_table(frame).set_index(["method", "clients"])
+    xcal = main.loc[("xcal", 3)]
+    assert xcal["n_seeds"] == 3 and xcal["f1_mean"] == pytest.approx(np.mean(f1["xcal"]))
+    want = stats.t.interval(0.95, 2, loc=np.mean(f1["xcal"]), scale=stats.sem(f1["xcal"]))
+    assert (xcal["f1_ci_low"], xcal["f1_ci_high"]) == pytest.approx(want)
+    p = stats.ttest_rel(f1["xcal"], f1["static"]).pvalue
+    assert xcal["f1_p_vs_static"] == pytest.approx(p, rel=1e-12)
+    assert np.isnan(xcal["f1_p_vs_agp"])  # no AGP runs
+    assert np.isnan(xcal["road_p_vs_static"])  # identical ROAD per seed: no spread
+    assert np.isnan(main.loc[("static", 3), "f1_p_vs_static"])
+    clients = clients_table(frame).set_index("method")
+    assert clients.loc["xcal", "f1_c10_p_vs_static"] == pytest.approx(p, rel=1e-12)
+    assert clients.loc["xcal", "f1_c3_ci_high"] == pytest.approx(want[1])
+    assert clients.loc["static", "n_seeds_c3"] == 3
+
+
+def test_runtime_table_gives_the_t_interval_over_runs_and_ratios_of_means(tmp_path):
+    runs = [
+        _run(tmp_path, method, 20.0, 0.1, seed=seed)
+        for method in ("nondp", "static", "xcal", "xcal-logit")
+        for seed in range(2)
+    ]
+    frame = collect(runs)
+    seconds = {"nondp": [1.0, 1.2], "static": [2.0, 2.4], "xcal": [3.0, 3.2, 3.6, 3.8]}
+    frame["step_seconds"] = seconds["nondp"] + seconds["static"] + seconds["xcal"]
+    row = runtime_table(frame).iloc[0]
+    x = seconds["xcal"]  # xcal and xcal-logit pooled
+    want = stats.t.interval(0.95, 3, loc=np.mean(x), scale=stats.sem(x))
+    assert row["xcal_n_runs"] == 4 and row["xcal_s"] == pytest.approx(3.4)
+    assert (row["xcal_s_ci_low"], row["xcal_s_ci_high"]) == pytest.approx(want)
+    assert row["xcal_over_static"] == pytest.approx(3.4 / 2.2)
+    assert row["static_over_nondp"] == pytest.approx(2.0)

@@ -145,7 +145,7 @@ def _fets(config: Mapping[str, Any], wc: Mapping[str, str], hp: Mapping[str, Any
         "time": {
             "const": 1.0,
             "train": hp["rounds"] * chosen * hp["local_epochs"] * train * f2,
-            "val": hp["rounds"] * chosen * val * f2,
+            "val": hp["rounds"] * FETS_PARTITIONS * val * f2,  # every collaborator validates
         },
     }
 

@@ -5,11 +5,14 @@ The three training runners (`dpmed.seg.run`, `dpmed.fets.run`, `dpmed.xcal.run`)
 shape: `run(job: JobContext)` reads the job, builds data and model, resumes from
 `job.checkpoint(study)` when its identity matches (`dpmed.checkpoint`), loops over
 epochs/rounds (one `Progress` line and one `Checkpoint.save` each), evaluates and writes its
-outputs atomically, then removes the checkpoint.
+outputs atomically, then removes the checkpoint. Each also writes `config.json`
+(`JobContext.write_config`) and, when the config sets `logging.tensorboard`, TensorBoard events
+(`dpmed.tracking`). Determinism on CPU and CUDA and its exceptions: docs/reproducibility.md.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import time
@@ -21,7 +24,16 @@ from typing import Any, TextIO
 import numpy as np
 import torch
 
+import dpmed
 from dpmed.checkpoint import CHECKPOINT, Checkpoint, job_identity
+from dpmed.io import write_json
+
+# The run folder's record of what the job ran with (`run_config`).
+RUN_CONFIG = "config.json"
+# cuBLAS reserves fixed workspaces with this setting, so its GEMMs are reproducible (NVIDIA's
+# cuBLAS docs, "Results reproducibility"); PyTorch refuses CUDA matmuls in deterministic mode
+# without it (or the smaller `:16:8`).
+CUBLAS_WORKSPACE = ":4096:8"
 
 
 def select_device(name: str) -> torch.device:
@@ -34,12 +46,18 @@ def select_device(name: str) -> torch.device:
 
 
 def seed_everything(seed: int, threads: int | None = None) -> None:
-    """Seed Python, NumPy and torch and ask torch for deterministic kernels, so one config gives
-    identical results on one machine (CUDA's nondeterministic kernels then raise, not drift)."""
+    """Seed Python, NumPy and torch and make torch deterministic, so one config gives identical
+    results on one machine: deterministic kernels only (an op without one raises, it never
+    drifts silently), cuDNN without benchmarking, and cuBLAS with a fixed workspace. Call it
+    before the job's first CUDA operation: cuBLAS reads `CUBLAS_WORKSPACE_CONFIG` when PyTorch
+    first uses it (a value the user set is kept)."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-    torch.use_deterministic_algorithms(True, warn_only=torch.cuda.is_available())
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
     if threads is not None:
         torch.set_num_threads(max(1, threads))
 
@@ -56,6 +74,8 @@ class JobContext:
         seed: the job seed (stable hash of the wildcards).
         device: `auto`, `cpu` or `cuda`.
         threads: torch CPU threads (None: torch's default).
+        tensorboard: write TensorBoard events under `<out_dir>/tensorboard/` (config
+            `logging.tensorboard`; not part of the job's identity or outputs).
     """
 
     processed_dir: Path
@@ -65,6 +85,7 @@ class JobContext:
     seed: int
     device: str = "auto"
     threads: int | None = None
+    tensorboard: bool = False
 
     def checkpoint(self, study: str) -> Checkpoint:
         """The job's checkpoint file, tagged with its identity (params, data and `study`'s
@@ -78,10 +99,37 @@ class JobContext:
         seed_everything(self.seed, self.threads)
         return select_device(self.device)
 
+    def write_config(self, study: str, device: torch.device) -> dict[str, Any]:
+        """Write `config.json` into the run folder (`run_config`); returns its content."""
+        record = run_config(self, study, device)
+        write_json(Path(self.out_dir) / RUN_CONFIG, record)
+        return record
+
+
+def run_config(job: JobContext, study: str, device: torch.device) -> dict[str, Any]:
+    """What a job ran with: study, wildcards, seed, every resolved hyperparameter, the device
+    asked for and the one used, CPU threads and the dpmed/torch/CUDA versions. No timestamps or
+    host names, so a rerun of one config on one machine writes the same bytes; the device used
+    and the versions belong to the record (a CUDA run does not give a CPU run's numbers)."""
+    return {
+        "study": study,
+        "wildcards": dict(job.wildcards),
+        "seed": int(job.seed),
+        "hyperparameters": dict(job.params),
+        "device": {"requested": job.device, "used": str(device)},
+        "threads": job.threads,
+        "versions": {
+            "dpmed": dpmed.__version__,
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+        },
+    }
+
 
 def job_from_snakemake(smk: Any) -> JobContext:
     """The JobContext of a training rule: `params.processed`, `params.hp`, `params.seed`,
-    `params.device`, the first output's folder and the rule's threads."""
+    `params.device`, the first output's folder, the rule's threads and the config's
+    `logging.tensorboard` (read from the config, not a param, so switching it reruns nothing)."""
     return JobContext(
         processed_dir=Path(smk.params.processed),
         out_dir=Path(smk.output[0]).parent,
@@ -90,6 +138,7 @@ def job_from_snakemake(smk: Any) -> JobContext:
         seed=int(smk.params.seed),
         device=smk.params.device,
         threads=smk.threads,
+        tensorboard=bool(smk.config["logging"]["tensorboard"]),
     )
 
 

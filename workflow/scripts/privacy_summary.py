@@ -1,5 +1,5 @@
-"""Rule privacy_summary: results/tables/privacy_summary.csv, every DP run of all studies with its
-mechanism, adjacency, sampling, accountant, ε, δ and guarantee."""
+"""Rule privacy_summary: results/tables/privacy_summary.csv (+ .md, .html), every DP run of all
+studies with its mechanism, adjacency, sampling, accountant, ε, δ and guarantee."""
 
 from dpmed.logs import log_to
 from dpmed.report.privacy_summary import privacy_summary

@@ -1,7 +1,7 @@
 """Every generated table/figure rule (`dpmed.report.outputs`): call the writer `params.writer`
 names ("module:function") with the rule's named inputs (lists of paths; names starting with `_`
 are dependencies only), its named outputs (the first file of each, the .png or .csv: the writer
-adds the .pdf or .md) and its other params."""
+adds the .pdf, or the .md and .html) and its other params."""
 
 import importlib
 

@@ -114,7 +114,9 @@ class Collaborator:
             x = torch.from_numpy(np.stack(images)).to(self._device)
             y = torch.from_numpy(np.stack(labels)).to(self._device)
             logits = model(x)
-            loss = F.cross_entropy(logits, y) + soft_dice_loss(logits, y)
+            # the mean of the per-voxel losses: CUDA's fused 'mean' is nondeterministic
+            ce = F.cross_entropy(logits, y, reduction="none").mean()
+            loss = ce + soft_dice_loss(logits, y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

@@ -28,7 +28,7 @@ from dpmed.fets import selection
 from dpmed.fets.aggregation import DP_MODES, aggregator_mode
 from dpmed.fets.brats import DICE_KEYS
 from dpmed.fets.privacy import COLUMNS as PRIVACY_COLUMNS
-from dpmed.report.intervals import t_interval
+from dpmed.report.intervals import paired_tests, summarize, t_interval
 from dpmed.report.style import save_figure, write_table
 
 
@@ -56,8 +56,8 @@ def _sorted_runs(run_dirs: Sequence[str | Path]) -> list[Path]:
     return sorted((Path(p) for p in run_dirs), key=order)
 
 
-def table2(run_dirs: Sequence[str | Path], csv_path: str | Path) -> pd.DataFrame:
-    """Final-round scores of every run (paper Table II rows plus the sound mode and baselines)."""
+def _run_rows(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
+    """Final-round scores, ε and guarantee of every run, one row per run (seed an int)."""
     rows = []
     for run in _sorted_runs(run_dirs):
         key = run_key(run)
@@ -65,7 +65,8 @@ def table2(run_dirs: Sequence[str | Path], csv_path: str | Path) -> pd.DataFrame
         p = json.loads((run / "privacy.json").read_text())
         by = p.get("epsilon_by_accountant", {})
         rows.append({
-            "method": method_label(key), **key,
+            "method": method_label(key), **key, "seed": int(key["seed"]),
+            "rule": key["aggregator"].removeprefix(PRIVATE_PREFIX),
             "sim_time_min": m["sim_time_s"] / 60.0,
             "convergence_score": m["convergence_score"],
             **{k: m[k] for k in DICE_KEYS},
@@ -76,9 +77,44 @@ def table2(run_dirs: Sequence[str | Path], csv_path: str | Path) -> pd.DataFrame
             "delta_total": np.nan if p["delta"] is None else p["delta"],
             "guarantee": p["guarantee"],
         })  # fmt: skip
-    frame = pd.DataFrame(rows)
-    write_table(frame, csv_path)
-    return frame
+    return pd.DataFrame(rows)
+
+
+# A private aggregator is registered as dp_<rule> beside its non-private rule (dp_simagg,
+# simagg), so the rule column pairs SimAgg with FedAvg in every DP mode.
+PRIVATE_PREFIX = "dp_"
+PRIVACY = ["eps_total_basic", "eps_total_rdp", "delta_total"]
+TESTED = ["convergence_score", "dice_ET", "dice_TC", "dice_WT"]  # the paired-tested metrics
+
+
+def table2(run_dirs: Sequence[str | Path], csv_path: str | Path) -> pd.DataFrame:
+    """Table II (plus the sound mode and baselines): one row per method and ε0 with the
+    final-round scores as mean and 95 % t-interval over seeds
+    (`dpmed.report.intervals.summarize`), the largest ε and δ of its seeds, its guarantee, and
+    paired t-tests over seeds of `TESTED`: SimAgg against FedAvg in the same DP mode and ε0
+    (`<m>_p_vs_fedavg`), the sound mode against the paper's (`<m>_p_vs_paper`)."""
+    runs = _run_rows(run_dirs)
+    keys = ["method", "aggregator", "dpmode", "eps"]
+    scores = [c for c in runs.columns if c not in {*keys, "seed", "rule", *PRIVACY, "guarantee"}]
+    table = summarize(runs, keys, scores)
+    privacy = runs.groupby(keys, sort=False).agg(
+        **{c: (c, "max") for c in PRIVACY}, guarantee=("guarantee", _joined)
+    )
+    table = table.join(privacy, on=keys)
+    for cell, arm, baseline in (
+        (["dpmode", "eps"], "rule", "fedavg"),
+        (["aggregator", "eps"], "dpmode", "paper"),
+    ):
+        tests = paired_tests(runs, cell, arm, baseline, TESTED)
+        rows = runs[list(dict.fromkeys([*keys, arm]))].drop_duplicates()  # arm → table row
+        tests = tests.merge(rows, on=[*cell, arm]).drop(columns=[] if arm in keys else arm)
+        table = table.merge(tests, on=keys, how="left", validate="one_to_one")
+    write_table(table, csv_path)
+    return table
+
+
+def _joined(values: pd.Series) -> str:
+    return ", ".join(sorted(set(values)))
 
 
 def resources_table(run_dirs: Sequence[str | Path], csv_path: str | Path) -> pd.DataFrame:

@@ -17,7 +17,7 @@ collaborator), a resumed run gives the same results as an uninterrupted one. Out
 folder: rounds.csv (one row per round: chosen, round and cumulative simulated seconds, Dice,
 convergence score, privacy columns of `dpmed.fets.privacy`), selection.csv (one row per chosen
 collaborator and round, with its simulated seconds), metrics.json, privacy.json,
-resources.json and model.pt (the final global model).
+resources.json, model.pt (the final global model) and config.json (`dpmed.runtime.run_config`).
 """
 
 from __future__ import annotations
@@ -39,11 +39,13 @@ from dpmed.fets.brats import DICE_KEYS, LABEL_VALUES
 from dpmed.fets.collaborator import Collaborator, LocalTraining, load_numpy_state, state_to_numpy
 from dpmed.fets.resources import ResourceMeter, Totals
 from dpmed.fets.server import RoundMechanisms, Server, ServerConfig
+from dpmed.fets.spec import aggregator_name
 from dpmed.io import write_csv, write_json
 from dpmed.models import build_model, save_model
 from dpmed.models.resunet3d import count_parameters
 from dpmed.runtime import JobContext, Progress
 from dpmed.seeding import stable_seed
+from dpmed.tracking import tracker
 
 MODEL = "resunet3d"  # the registered 3D residual U-Net (4 modalities in, 4 classes out)
 
@@ -51,6 +53,7 @@ MODEL = "resunet3d"  # the registered 3D residual U-Net (4 modalities in, 4 clas
 def run(job: JobContext) -> dict[str, Any]:
     """Run (or resume) one fets job; returns metrics.json's content."""
     device = job.start()
+    job.write_config("fets", device)
     cfg = server_config(job)
     federation = build_federation(job, device)
     checkpoint = job.checkpoint("fets")
@@ -59,23 +62,28 @@ def run(job: JobContext) -> dict[str, Any]:
     rounds = int(job.params["rounds"])
     label = "fets/{aggregator}/{dpmode}/eps{eps}".format(**job.wildcards)
     progress = Progress(label, rounds, start=run_state.round)
-    for fl_round in range(run_state.round + 1, rounds + 1):
-        mech = play_round(federation, server, run_state, fl_round, job.seed)
-        checkpoint.save(run_state.saved())
-        last = run_state.rows[-1]
-        eps_now = None if mech is None else last["eps_basic_cum"]
-        progress.line(fl_round, {"WT": last["dice_WT"], "dice": last["dice_mean_labels"],
-                                 "score": last["convergence_score"]}, eps_now)  # fmt: skip
+    with tracker(job.out_dir, job.tensorboard, "round", run_state.round) as board:
+        if run_state.round == 0:
+            board.log(run_state.rows[0])
+        for fl_round in range(run_state.round + 1, rounds + 1):
+            mech = play_round(federation, server, run_state, fl_round, job.seed)
+            checkpoint.save(run_state.saved())
+            last = run_state.rows[-1]
+            eps_now = None if mech is None else last["eps_basic_cum"]
+            progress.line(fl_round, {"WT": last["dice_WT"], "dice": last["dice_mean_labels"],
+                                     "score": last["convergence_score"]}, eps_now)  # fmt: skip
+            board.log(last)
     metrics = write_outputs(job, cfg, federation, run_state)
     checkpoint.remove()
     return metrics
 
 
 def server_config(job: JobContext) -> ServerConfig:
-    """The aggregator settings of the job (wildcards aggregator, dpmode, eps; params)."""
+    """The aggregator settings of the job (wildcards aggregator, dpmode, eps; params). A
+    participation sweep's `-rho<ρ>` suffix of the aggregator wildcard is in the params."""
     params, eps0 = job.params, parse_eps(job.wildcards["eps"])
     return ServerConfig(
-        aggregator=job.wildcards["aggregator"],
+        aggregator=aggregator_name(job.wildcards["aggregator"]),
         dpmode=job.wildcards["dpmode"],
         epsilon0=None if math.isinf(eps0) else float(eps0),
         delta0=float(params["delta"]),

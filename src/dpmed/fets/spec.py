@@ -1,19 +1,20 @@
-"""The fets study's grid and outputs (paper 000): axes, validity, wildcard patterns, run files,
-tables and figures. The rule file imports it at parse time, so it imports no torch, pandas or
-matplotlib (the aggregator registry it reads needs only numpy)."""
+"""The fets study's grid and outputs (paper 000): axes, validity, wildcard patterns, the
+participation sweep, run files, tables and figures. The rule file imports it at parse time, so
+it imports no torch, pandas or matplotlib (the aggregator registry it reads needs only numpy)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dpmed.config.study import StudySpec, block_params, param_key
-from dpmed.config.wildcards import EPS_PATTERN
+from dpmed.config.study import StudySpec, SweepResult, Wildcards, block_params, param_key
+from dpmed.config.wildcards import EPS_PATTERN, NUMBER_PATTERN, format_eps
 from dpmed.data.registry import processed_files
 from dpmed.errors import ConfigError
 from dpmed.fets.aggregation import AGGREGATORS, DP_MODES
 from dpmed.registry import Registry
-from dpmed.report.outputs import ReportOutput, report_targets
+from dpmed.report.outputs import ReportOutput, once_if_jobs, report_targets
 
 # Files every fets_train job writes into its folder (checkpoint.pt is not among them: it is
 # only there while a job runs or after it was killed).
@@ -24,15 +25,78 @@ RUN_FILES = (
     "privacy.json",
     "resources.json",
     "model.pt",
+    "config.json",
 )
 
 
+# A block's `sweep` (`participation: [ρ, ...]`) runs each of its cells once per ρ, the
+# fraction of the K collaborators chosen per round (m = max(1, ⌊ρK⌋)); the aggregator wildcard
+# then carries ρ, `dp_fedavg-rho0.4`, so a sweep run never shares a folder with a plain cell.
+_RHO = re.compile(rf"^(.+)-rho({NUMBER_PATTERN})$")
+
+
+def aggregator_pattern() -> str:
+    """The regex of the aggregator wildcard: a registered aggregator, optionally `-rho<ρ>`."""
+    return rf"(?:{AGGREGATORS.pattern()})(?:-rho{NUMBER_PATTERN})?"
+
+
+def aggregator_name(aggregator: str) -> str:
+    """The registered aggregator of an aggregator wildcard (`dp_fedavg-rho0.4` → `dp_fedavg`)."""
+    match = _RHO.match(aggregator)
+    return match.group(1) if match else aggregator
+
+
+def participation_override(aggregator: str) -> dict[str, float]:
+    """The participation ρ a swept aggregator wildcard sets ({} for a plain one)."""
+    match = _RHO.match(aggregator)
+    return {"participation": float(match.group(2))} if match else {}
+
+
+def sweep_aggregator(name: str, participation: float) -> str:
+    """The aggregator wildcard of one sweep cell (inverse of `aggregator_name` and
+    `participation_override`).
+
+    >>> sweep_aggregator("dp_fedavg", 0.4), participation_override(sweep_aggregator("fedavg", 1))
+    ('dp_fedavg-rho0.4', {'participation': 1.0})
+    """
+    return f"{name}-rho{format_eps(participation)}"
+
+
+def sweep(wildcards: Wildcards, params: Mapping[str, Any], cfg: Mapping[str, Any]) -> SweepResult:
+    """One job per participation ρ of a block's sweep, the aggregator wildcard spelling it."""
+    out = []
+    for rho in cfg["participation"]:
+        name = sweep_aggregator(dict(wildcards)["aggregator"], rho)
+        wc = tuple((k, name if k == "aggregator" else v) for k, v in wildcards)
+        out.append((wc, {**params, "participation": float(rho)}))
+    return out
+
+
+def is_swept(wildcards: Mapping[str, str]) -> bool:
+    """A run of a participation sweep (its aggregator wildcard carries ρ)."""
+    return _RHO.match(wildcards["aggregator"]) is not None
+
+
+def table_jobs(jobs: Sequence[Any]) -> list[Any]:
+    """The plain cells (Table II, the privacy and resources tables, Fig. 4)."""
+    return [job for job in jobs if not is_swept(job.wc)]
+
+
+def sweep_jobs(jobs: Sequence[Any]) -> list[Any]:
+    """The runs of the participation sweeps (the ε0 × collaborators-per-round figure)."""
+    return [job for job in jobs if is_swept(job.wc)]
+
+
 def _run_dirs(jobs: Sequence[Any], config: Mapping[str, Any]) -> dict[str, Any]:
-    return {"run_dirs": [job.path for job in jobs]}
+    return {"run_dirs": [job.path for job in table_jobs(jobs)]}
 
 
 def _runs(jobs: Sequence[Any]) -> dict[str, Any]:
-    return {"_runs": run_targets(jobs)}
+    return {"_runs": run_targets(table_jobs(jobs))}
+
+
+def _plain_once(jobs: Sequence[Any]) -> list[dict[str, str]]:
+    return once_if_jobs(table_jobs(jobs))
 
 
 def _first_run(jobs: Sequence[Any]) -> dict[str, Any]:
@@ -56,7 +120,8 @@ SPLITS = "data/processed/fets/splits.csv"
 _WRITERS = "dpmed.fets.report"
 
 # Rule name → table/figure (`dpmed.report.outputs`), in `rule all` order: a new table or figure
-# is its writer in dpmed.fets.report, its entry here and its caption in workflow/report/.
+# is its writer in dpmed.fets.report (the sweep's: dpmed.fets.sweep_report), its entry here and
+# its caption in workflow/report/.
 REPORTS: Registry[ReportOutput] = Registry("fets report")
 for _name, _writer, _stem, _caption, _subcategory in (
     ("fets_table2", "table2", "results/tables/fets_table2", "fets_table2", "Table II"),
@@ -73,6 +138,7 @@ for _name, _writer, _stem, _caption, _subcategory in (
             _subcategory,
             inputs=_runs,
             params=_run_dirs,
+            wanted=_plain_once,
         ),
     )
 REPORTS.add(
@@ -111,19 +177,33 @@ REPORTS.add(
         f"{_WRITERS}:figure4",
         {"png_path": ("results/figures/fets_fig4_rounds", "fets_fig4")},
         "Fig. 4",
-        inputs=lambda jobs: {"_rounds": [f"{job.path}/rounds.csv" for job in jobs]},
+        inputs=lambda jobs: {"_rounds": [f"{job.path}/rounds.csv" for job in table_jobs(jobs)]},
         params=_run_dirs,
+        wanted=_plain_once,
     ),
 )
+REPORTS.add(
+    "fets_eps_sweep",
+    ReportOutput(
+        "dpmed.fets.sweep_report:eps_sweep",
+        {"png_path": ("results/figures/fets_eps_sweep", "fets_eps_sweep"),
+         "csv_path": ("results/tables/fets_eps_sweep", "fets_eps_sweep_table")},
+        "eps0 x collaborators per round",
+        inputs=lambda jobs: {"_runs": run_targets(sweep_jobs(jobs))},
+        params=lambda jobs, config: {"run_dirs": [job.path for job in sweep_jobs(jobs)]},
+        wanted=lambda jobs: once_if_jobs(sweep_jobs(jobs)),
+    ),
+)  # fmt: skip
 
 
 def invalid(wc: Mapping[str, str]) -> str | None:
     """Why a fets combination is not a job (None when it is one): the aggregator must support
     the DP mode (its registry entry), and a private DP mode needs a finite eps, `none` eps inf."""
-    modes = AGGREGATORS[wc["aggregator"]].modes
+    name = aggregator_name(wc["aggregator"])
+    modes = AGGREGATORS[name].modes
     if wc["dpmode"] not in modes:
         plural = "s" if len(modes) > 1 else ""
-        return f"{wc['aggregator']} has only the {'/'.join(modes)} mode{plural}"
+        return f"{name} has only the {'/'.join(modes)} mode{plural}"
     if DP_MODES[wc["dpmode"]].private != (wc["eps"] != "inf"):
         return "private DP modes need a finite eps, dpmode 'none' needs eps inf"
     return None
@@ -172,7 +252,7 @@ SPEC = StudySpec(
     path="results/fets/{aggregator}/{dpmode}/eps{eps}/seed{seed}",
     axes=(("aggregators", "aggregator"), ("dpmodes", "dpmode"), ("eps", "eps"), ("seeds", "seed")),
     patterns={
-        "aggregator": AGGREGATORS.pattern(),
+        "aggregator": aggregator_pattern(),
         "dpmode": DP_MODES.pattern(),
         "eps": EPS_PATTERN,
         "seed": r"[0-9]+",
@@ -182,5 +262,7 @@ SPEC = StudySpec(
     targets=targets,
     category="fets (paper 000)",
     check=check_config,
+    sweep=sweep,
+    wildcard_params=lambda wc: participation_override(str(wc["aggregator"])),
     reports=REPORTS,
 )

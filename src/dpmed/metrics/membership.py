@@ -93,6 +93,25 @@ def tpr_at_fpr(members: np.ndarray, nonmembers: np.ndarray, target: float) -> fl
     return float(tpr[allowed].max())
 
 
+def tpr_at_fpr_1pct(members: np.ndarray, nonmembers: np.ndarray) -> float:
+    """TPR at FPR ≤ 1 %."""
+    return tpr_at_fpr(members, nonmembers, 0.01)
+
+
+def tpr_at_fpr_01pct(members: np.ndarray, nonmembers: np.ndarray) -> float:
+    """TPR at FPR ≤ 0.1 %."""
+    return tpr_at_fpr(members, nonmembers, 0.001)
+
+
+# The threshold-free metrics, each a function of the evaluation (members, non-members) scores
+# alone, so a report can bootstrap them over the evaluation images.
+THRESHOLD_FREE = {
+    "auc": auc,
+    "tpr_at_fpr_1pct": tpr_at_fpr_1pct,
+    "tpr_at_fpr_0.1pct": tpr_at_fpr_01pct,
+}
+
+
 def attack_metrics(
     calibration: tuple[np.ndarray, np.ndarray], evaluation: tuple[np.ndarray, np.ndarray]
 ) -> dict[str, float]:
@@ -105,6 +124,6 @@ def attack_metrics(
         "threshold": threshold,
         "balanced_accuracy": balanced_accuracy(m, n, threshold),
         "advantage": advantage(m, n),
-        "tpr_at_fpr_1pct": tpr_at_fpr(m, n, 0.01),
-        "tpr_at_fpr_0.1pct": tpr_at_fpr(m, n, 0.001),
+        "tpr_at_fpr_1pct": tpr_at_fpr_1pct(m, n),
+        "tpr_at_fpr_0.1pct": tpr_at_fpr_01pct(m, n),
     }

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dpmed.models.deterministic import bilinear_resize
+
 
 def groups_for(channels: int) -> int:
     """GroupNorm groups: the largest of 8, 4, 2, 1 that divides `channels`."""
@@ -46,10 +48,11 @@ class DoubleConv(nn.Module):
 
 
 def resize_to(x: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
-    """Bilinear resize of `x` to the spatial size of `ref` (identity when equal)."""
+    """Bilinear resize of `x` to the spatial size of `ref` (identity when equal; CUDA-
+    deterministic, `dpmed.models.deterministic.bilinear_resize`)."""
     if x.shape[-2:] == ref.shape[-2:]:
         return x
-    return F.interpolate(x, size=ref.shape[-2:], mode="bilinear", align_corners=False)
+    return bilinear_resize(x, ref.shape[-2:])
 
 
 def pool_to(x: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:

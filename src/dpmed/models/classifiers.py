@@ -30,6 +30,8 @@ import torch
 from monai.networks.nets.efficientnet import EfficientNet
 from torch import nn
 
+from dpmed.models.deterministic import GlobalAvgPool2d, replace_global_pools
+
 MIN_CAM_SIZE = 7
 IN_CHANNELS = (1, 3)
 IMAGE_SIZES = (28, 224)  # smallest and largest side
@@ -123,7 +125,7 @@ class ResNet18(nn.Module):
             )
             in_ch = w
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
-        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.pool = GlobalAvgPool2d()  # = nn.AdaptiveAvgPool2d(1), deterministic on CUDA
         self.fc = nn.Linear(in_ch, n_classes)
 
     def cam_candidates(self) -> list[str]:
@@ -165,6 +167,7 @@ class EfficientNetB0(EfficientNet):
             drop_connect_rate=0.0,
         )
         self.set_swish(memory_efficient=False)
+        replace_global_pools(self)  # head and squeeze-excitation pools, deterministic on CUDA
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return super().forward((x - INPUT_MEAN) / INPUT_STD)

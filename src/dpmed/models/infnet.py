@@ -21,7 +21,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from dpmed.models.blocks2d import ConvNormAct, groups_for, resize_to, stage_widths
@@ -158,7 +157,7 @@ class InfNet(nn.Module):
         for module, feat in zip(self.attention, reversed(high), strict=True):
             prior = module(feat, prior, edge)
             maps.append(prior)
-        final = F.interpolate(maps[-1], size=x.shape[-2:], mode="bilinear", align_corners=False)
+        final = resize_to(maps[-1], x)
         if not self.training:
             return final
         side = [resize_to(m, x) for m in (maps[-2], maps[-3], global_map)]

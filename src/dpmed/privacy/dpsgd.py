@@ -295,14 +295,20 @@ class DPSGD:
                 sums.add(p.grad, b)
         self.optimizer.last_alignment = step_alignment(factors, sums)
 
-    def step_empty(self) -> None:
-        """An optimizer step for an empty Poisson batch: noise only, still one accounted step."""
+    def step_empty(self, inject: Callable[[list[nn.Parameter]], None] | None = None) -> None:
+        """An optimizer step for an empty Poisson batch: noise only, still one accounted step.
+
+        `inject`, when given, gets the parameters after their zero-row per-sample gradients are
+        set and before the step, so extra per-sample rows (audit canaries) still enter it.
+        """
         self.optimizer.last_alignment = None
         for p in self.optimizer.params:
             if self.mode == "ghost":
                 p.grad = torch.zeros_like(p)
             else:
                 p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
+        if inject is not None:
+            inject(self.optimizer.params)
         self.optimizer.step()
 
 

@@ -1,12 +1,16 @@
-"""Confidence intervals of a mean over seeds: the two-sided Student-t interval, so a table or
-figure that pools runs of several seeds says how far its mean can be trusted."""
+"""Statistics of the tables: the two-sided Student-t interval of a mean over seeds, the
+shared table convention built on it (`summarize`: `n_seeds`, `<m>_mean`, `<m>_ci_low`,
+`<m>_ci_high`), paired t-tests over seeds between two methods (`paired_tests`:
+`<m>_p_vs_<baseline>`), and a stratified percentile bootstrap over evaluation images for
+statistics of two samples such as an attack's AUC (`bootstrap_interval`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
 
@@ -22,3 +26,96 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float
         return mean, math.nan, math.nan
     half = stats.t.ppf(0.5 + confidence / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
     return mean, mean - float(half), mean + float(half)
+
+
+STATS = ("mean", "ci_low", "ci_high")  # suffixes of the columns `summarize` gives a metric
+
+
+def summarize(
+    runs: pd.DataFrame, by: Sequence[str], metrics: Sequence[str], confidence: float = 0.95
+) -> pd.DataFrame:
+    """One row per group of `by` (first-appearance order), the tables' shared convention:
+    `n_seeds` (rows in the group), then per metric `<m>_mean`, `<m>_ci_low`, `<m>_ci_high`
+    (`t_interval` over the group's rows, one row per seed; NaN bounds with one seed)."""
+    rows = []
+    for key, group in runs.groupby(list(by), sort=False, dropna=False):
+        row = dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True))
+        row["n_seeds"] = len(group)
+        for name in metrics:
+            values = group[name].astype(float).to_numpy()
+            values = values[np.isfinite(values)]
+            mean, low, high = t_interval(values, confidence) if values.size else (math.nan,) * 3
+            row |= {f"{name}_mean": mean, f"{name}_ci_low": low, f"{name}_ci_high": high}
+        rows.append(row)
+    columns = [*by, "n_seeds", *(f"{m}_{s}" for m in metrics for s in STATS)]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def paired_p(values: Sequence[float], baseline: Sequence[float]) -> float:
+    """Two-sided p of the paired t-test of `values` against `baseline` (pairs in the same
+    order, one per seed): NaN with fewer than 2 finite pairs or differences of zero spread."""
+    a, b = np.asarray(values, dtype=float), np.asarray(baseline, dtype=float)
+    keep = np.isfinite(a) & np.isfinite(b)
+    a, b = a[keep], b[keep]
+    if a.size < 2 or np.ptp(a - b) == 0:
+        return math.nan
+    return float(stats.ttest_rel(a, b).pvalue)
+
+
+def paired_tests(
+    runs: pd.DataFrame,
+    cell: Sequence[str],
+    arm: str,
+    baseline: str,
+    metrics: Sequence[str],
+    seed: str = "seed",
+) -> pd.DataFrame:
+    """Per `cell` group and value of column `arm`, `<m>_p_vs_<baseline>`: `paired_p` of the
+    arm's runs against the baseline arm's runs of the same cell, paired by `seed` (NaN for the
+    baseline itself and where fewer than 2 seeds pair). Columns: cell, arm, the p columns."""
+    columns = [*cell, arm, *(f"{m}_p_vs_{baseline}" for m in metrics)]
+    rows = []
+    for key, group in runs.groupby(list(cell), sort=False, dropna=False):
+        row = dict(zip(cell, key if isinstance(key, tuple) else (key,), strict=True))
+        base = group[group[arm] == baseline].set_index(seed)
+        for value, other in group.groupby(arm, sort=False):
+            other = other.set_index(seed)
+            seeds = sorted(set(other.index) & set(base.index)) if value != baseline else []
+            rows.append(
+                row
+                | {arm: value}
+                | {
+                    f"{m}_p_vs_{baseline}": paired_p(
+                        other.loc[seeds, m].to_numpy(float), base.loc[seeds, m].to_numpy(float)
+                    )
+                    for m in metrics
+                }
+            )
+    return pd.DataFrame(rows, columns=columns)
+
+
+def bootstrap_interval(
+    samples: Sequence[tuple[np.ndarray, np.ndarray]],
+    statistic: Callable[[np.ndarray, np.ndarray], float],
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean over runs of `statistic(a, b)`: each
+    resample draws, in every run, `a` and `b` with replacement at their own sizes (two
+    strata, e.g. members and non-members), scores the run, and averages over runs; the
+    bounds are the (1 ∓ confidence)/2 quantiles (linear) of the `n_resamples` averages.
+    Seeded by `seed`, so a table is byte-identical on rerun."""
+    if not samples:
+        raise ValueError("no samples to bootstrap")
+    rng = np.random.default_rng(seed)
+    totals = np.zeros(n_resamples)
+    for a, b in samples:
+        a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+        for i in range(n_resamples):
+            totals[i] += statistic(
+                a[rng.integers(0, a.size, a.size)], b[rng.integers(0, b.size, b.size)]
+            )
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(totals / len(samples), [tail, 1 - tail])
+    return float(low), float(high)

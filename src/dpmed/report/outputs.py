@@ -7,7 +7,8 @@ function, its entry, and its caption in `workflow/report/`.
 The generated rule calls `workflow/scripts/report_output.py`, which imports the writer
 ("module:function") and calls it with the rule's named inputs (lists of paths; names starting
 with `_` are dependencies only), its named outputs (the first file of each: the `.png` of a
-figure, the `.csv` of a table — the writer adds the `.pdf` / `.md`) and its params.
+figure, the `.csv` of a table — the writer adds the `.pdf` / the `.md` and `.html`) and its
+params. The report shows a figure's `.png` and a table's `.html` (`dpmed.report.menu`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FIGURE_EXTS = (".png", ".pdf")
-TABLE_EXTS = (".csv", ".md")
+TABLE_EXTS = (".csv", ".md", ".html")
 # The writer keyword of an output says what it is.
 EXTS_OF_KEYWORD = {"png_path": FIGURE_EXTS, "csv_path": TABLE_EXTS}
 
@@ -44,7 +45,8 @@ class ReportOutput:
         writer: "module:function" that writes the files.
         files: writer keyword (`png_path` or `csv_path`) → (path stem without extension, caption
             name in workflow/report/); stems may hold wildcards (`{dataset}`).
-        subcategory: the paper's figure/table number, the report's menu entry.
+        subcategory: the paper's figure/table number, the report's menu entry (sorted by
+            number, `dpmed.report.menu`).
         inputs: named inputs for the study's jobs: lists of paths, or functions of the
             wildcards (names starting with `_`: dependencies the writer does not take).
         params: extra writer arguments for the study's jobs and the config.

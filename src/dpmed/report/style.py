@@ -1,11 +1,14 @@
 """Deterministic figure and table writers shared by every study.
 
 Figures are saved as PNG and PDF with fixed metadata (no software version, no timestamps), so
-identical inputs give byte-identical files. Tables are saved as CSV plus a Markdown twin.
+identical inputs give byte-identical files. Tables are saved as CSV (machine-readable) plus a
+Markdown twin and a standalone styled HTML twin, which the report shows inline (Snakemake's
+report only links CSVs as downloads).
 """
 
 from __future__ import annotations
 
+import html
 import math
 import os
 from pathlib import Path
@@ -36,21 +39,47 @@ def save_figure(fig: plt.Figure, png_path: str | Path, dpi: int = 120) -> None:
 
 
 def write_table(frame: pd.DataFrame, csv_path: str | Path) -> None:
-    """Write `frame` as CSV and as a Markdown table next to it (`.md`)."""
+    """Write `frame` as CSV and, next to it, as a Markdown table (`.md`) and a standalone HTML
+    page (`.html`, titled with the file's stem)."""
     csv_path = Path(csv_path)
     write_csv(csv_path, frame)
     write_text(csv_path.with_suffix(".md"), to_markdown(frame))
+    write_text(csv_path.with_suffix(".html"), to_html(frame, csv_path.stem))
+
+
+def _cell(value: object) -> str:
+    """A table cell as text: floats with 4 significant digits, NaN empty."""
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.4g}"
+    return str(value)
+
+
+# Inline style of the HTML tables: compact, striped, header kept in view while scrolling.
+HTML_STYLE = """
+body { font-family: sans-serif; font-size: 13px; margin: 8px; }
+table { border-collapse: collapse; }
+th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; }
+th { background: #eee; position: sticky; top: 0; white-space: nowrap; }
+tbody tr:nth-child(even) { background: #f7f7f7; }
+"""
+
+
+def to_html(frame: pd.DataFrame, title: str) -> str:
+    """A standalone HTML page with `frame` as a styled table (cells as in `to_markdown`,
+    escaped; no index). Only the frame and `title` enter it, so the bytes are deterministic."""
+    table = frame.map(_cell).to_html(index=False, escape=True, border=0, na_rep="")
+    return (
+        '<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{html.escape(title)}</title>\n<style>{HTML_STYLE}</style>\n</head>\n"
+        f"<body>\n{table}\n</body>\n</html>\n"
+    )
 
 
 def to_markdown(frame: pd.DataFrame) -> str:
     """A GitHub-flavoured Markdown table (floats with 4 significant digits)."""
-
-    def cell(value: object) -> str:
-        if isinstance(value, float):
-            return "" if math.isnan(value) else f"{value:.4g}"
-        return str(value)
-
     header = "| " + " | ".join(str(c) for c in frame.columns) + " |"
     rule = "| " + " | ".join("---" for _ in frame.columns) + " |"
-    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    rows = [
+        "| " + " | ".join(_cell(v) for v in row) + " |" for row in frame.itertuples(index=False)
+    ]
     return "\n".join([header, rule, *rows]) + "\n"

@@ -8,7 +8,9 @@ The score of an image is −loss, its per-sample training loss
 (`dpmed.seg.losses.per_sample_loss`: CE + dice_weight · (1 − soft Dice)) on the model's
 eval-mode output after the run's DP-Morph; in eval mode the networks return only the final
 map, so deep-supervision side maps and Inf-Net's edge term do not enter. τ comes from the
-calibration scores, every reported metric from the evaluation scores (`dpmed.metrics.membership`).
+calibration scores, every reported metric from the evaluation scores (`dpmed.metrics.membership`);
+attack.json keeps the evaluation scores of every image (`evaluation_scores`: members,
+nonmembers) for the report's bootstrap over images.
 
 Adaptive DP-Morph with batch scope makes one image's logits depend on the rest of its batch;
 such runs are scored one image at a time (a batch of one, which equals the per-image scope),
@@ -123,6 +125,9 @@ def run_attack(job: JobContext) -> dict[str, Any]:
         "min_nonzero_fpr": 1 / (n - n_cal),
         "mean_loss": {name: float(-np.concatenate(parts).mean()) for name, parts in scores.items()},
         "score": SCORE,
+        "evaluation_scores": {  # per image, so the report can bootstrap over images
+            name: [float(v) for v in parts[1]] for name, parts in scores.items()
+        },
         "scoring_batch_size": batch,
         "metrics_split": "evaluation (threshold from calibration)",
         "wildcards": wc,

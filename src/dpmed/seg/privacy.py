@@ -96,7 +96,8 @@ def seg_privacy_record(
             "adaptive DP-Morph with batch-level thresholds (paper 002 §3.2): each image's "
             "morphology depends on the other images of the batch, so one image can change "
             "every per-sample gradient and the sensitivity C of the sum does not hold; "
-            "the morph variant adaptive-vN-s uses the per-image (sound) policy"
+            "the morph variant adaptive-vN-s uses the per-image (sound) policy "
+            "(docs/privacy.md, finding 11)"
         )
     return PrivacyRecord(
         mechanism=f"DP-SGD, Poisson-subsampled Gaussian, {rule.name} clipping "
@@ -142,7 +143,8 @@ PAPER_REASONS = {
     "dice": "its Dice loss is summed over the batch, coupling the images: one image changes "
     "every per-sample gradient, so the per-sample sensitivity C does not hold "
     "(docs/privacy.md, finding 6)",
-    "adaptive": "adaptive DP-Morph thresholds over the batch couple the images (paper 002 §3.2)",
+    "adaptive": "adaptive DP-Morph thresholds over the batch couple the images (paper 002 §3.2; "
+    "docs/privacy.md, finding 11)",
     "infnet": f"Inf-Net took {INFNET_STEPS_PER_BATCH} DP steps per batch but counted one: ε "
     f"recomputed with {INFNET_STEPS_PER_BATCH}× the steps, a lower bound "
     "(docs/privacy.md, finding 6)",

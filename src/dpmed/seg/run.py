@@ -10,21 +10,23 @@ before the loss and at evaluation; for adaptive morphology the policy is compute
 final map and applied to every deep-supervision map. A swept clip wildcard
 (`flat-C0.5-lr0.001`) names the rule; its clip_norm and lr already arrive in the params.
 
-Outputs in the job folder: metrics.json (test Dice/HD95/MAE, COVID S_α/E_φ, final val Dice,
-training seconds), privacy.json, model.pt (with its build arguments), and in diagnostics/ the
-non-private diagnostics, computed from the training data outside the DP mechanism and never to
-be released with a DP model (privacy.json `not_covered`): history.csv (per epoch: training loss,
-val Dice (+ per class), ε spent, seconds), morph_log.csv (adaptive runs: per epoch and class
-the mean thickness, thresholds and share of each operation; header only otherwise),
-alignment.csv (private runs: per non-empty step the cosine between the scaled pre-noise and the
-true mean gradient, batch size, clipped share; header only otherwise). The job's
-`runtime.Checkpoint` is saved every epoch and removed once all outputs exist.
+Outputs in the job folder: config.json (`dpmed.runtime.run_config`), metrics.json (test
+Dice/HD95/MAE, COVID S_α/E_φ, final val Dice, training seconds), privacy.json, model.pt (with
+its build arguments), and in diagnostics/ the non-private diagnostics, computed from the
+training data outside the DP mechanism and never to be released with a DP model (privacy.json
+`not_covered`): history.csv (per epoch: training loss, val Dice (+ per class), ε spent,
+seconds), morph_log.csv (adaptive runs: per epoch and class the mean thickness, thresholds and
+share of each operation; header only otherwise), alignment.csv (private runs: per non-empty
+step the cosine between the scaled pre-noise and the true mean gradient, batch size, clipped
+share; header only otherwise). The job's `runtime.Checkpoint` is saved every epoch and removed
+once all outputs exist.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,11 +53,13 @@ from dpmed.seg.morph_log import MORPH_COLUMNS, MorphLog
 from dpmed.seg.morphology import MorphSpec, parse_morph
 from dpmed.seg.privacy import seg_privacy_record
 from dpmed.seg.spec import ALIGNMENT, HISTORY, MORPH_LOG, STRUCTURE_DATASETS, clip_rule, invalid
+from dpmed.tracking import tracker
 
 
 def run(job: JobContext) -> dict[str, Any]:
     """Run (or resume) one seg job and write its outputs; returns the metrics dict."""
     device = job.start()
+    job.write_config("seg", device)
     data = load_seg_data(job.processed_dir, job.wildcards["dataset"])
     plan = Plan.of(job, data)
     net, arguments = build_network(job, data, device)
@@ -66,18 +70,20 @@ def run(job: JobContext) -> dict[str, Any]:
     setup = make_setup(plan, net, optimizer, data, generator, state)
     progress = Progress(f"seg {'/'.join(job.wildcards.values())}", plan.epochs, state.epoch)
     net.train()
-    for epoch in range(state.epoch, plan.epochs):
-        t0 = time.perf_counter()
-        losses = train_epoch(setup, plan, state, epoch, device)
-        seconds = time.perf_counter() - t0
-        state.train_seconds += seconds
-        row = epoch_row(net, plan, data, device, setup, epoch, losses, seconds)
-        state.history.append(row)
-        state.morph_log.close_epoch(epoch + 1)
-        state.epoch = epoch + 1
-        epsilon = None if setup.dp is None else row["epsilon"]
-        progress.line(epoch + 1, {"loss": row["loss"], "val_dice": row["val_dice"]}, epsilon)
-        checkpoint.save(state.saved(net, optimizer, generator, setup))
+    with tracker(job.out_dir, job.tensorboard, "epoch", state.epoch) as board:
+        for epoch in range(state.epoch, plan.epochs):
+            t0 = time.perf_counter()
+            losses = train_epoch(setup, plan, state, epoch, device)
+            seconds = time.perf_counter() - t0
+            state.train_seconds += seconds
+            row = epoch_row(net, plan, data, device, setup, epoch, losses, seconds)
+            state.history.append(row)
+            state.morph_log.close_epoch(epoch + 1)
+            state.epoch = epoch + 1
+            epsilon = None if setup.dp is None else row["epsilon"]
+            progress.line(epoch + 1, {"loss": row["loss"], "val_dice": row["val_dice"]}, epsilon)
+            checkpoint.save(state.saved(net, optimizer, generator, setup))
+            board.log(row)
     metrics = final_metrics(net, plan, data, device, job, state)
     write_outputs(job, plan, setup, state, metrics, net, arguments)
     checkpoint.remove()
@@ -234,13 +240,16 @@ def resume(
 @dataclass
 class Setup:
     """The module, optimizer and loader a job steps with: Opacus' wrappers for DP-SGD (`dp`),
-    the plain network otherwise."""
+    the plain network otherwise. `inject` (privacy audits only, `dpmed.privacy.audit.runs`)
+    gets the DP optimizer's parameters after every backward pass, before the step, to add
+    per-sample gradient rows."""
 
     module: torch.nn.Module
     optimizer: torch.optim.Optimizer
     loader: DataLoader
     dp: DPSGD | None = None
     sigma: float | None = None
+    inject: Callable[[list[torch.nn.Parameter]], None] | None = None
 
     def accountant_history(self) -> list[tuple[float, float, int]]:
         return [] if self.dp is None else list(self.dp.engine.accountant.history)
@@ -287,7 +296,7 @@ def train_epoch(
     for batch, (x, y) in enumerate(setup.loader):
         setup.optimizer.zero_grad()
         if len(y) == 0:
-            setup.dp.step_empty()
+            setup.dp.step_empty(setup.inject)
             state.empty_batches += 1
             continue
         x, y = x.to(device), y.to(device)
@@ -297,6 +306,8 @@ def train_epoch(
         loss = per_sample_loss(output, y, dice_weight)
         if setup.dp is not None:
             setup.dp.backward(loss)
+            if setup.inject is not None:
+                setup.inject(setup.dp.optimizer.params)
         else:
             loss.mean().backward()
         setup.optimizer.step()

@@ -64,6 +64,7 @@ RUN_FILES = (
     ALIGNMENT,
     "privacy.json",
     "model.pt",
+    "config.json",
 )
 ATTACK_FILE = "attack.json"
 # Fig. 12 shows the paper's adaptive variant v2 (= dpmed.seg.report.adaptive.LAYER_VARIANT).
@@ -450,6 +451,22 @@ _add(
         "Fig. 12",
         inputs=lambda jobs: {"_runs": run_files(jobs, HISTORY, MORPH_LOG)},
         params=lambda jobs, config: {"run_dirs": [job.path for job in jobs]},
+    ),
+)
+
+_add(
+    "seg_privacy_utility_figure",
+    "private_paper",
+    ReportOutput(
+        f"{_WRITERS}.privacy_utility:privacy_utility_report",
+        {
+            "png_path": ("results/figures/seg_privacy_utility", "seg_privacy_utility"),
+            "csv_path": ("results/tables/seg_privacy_utility", "seg_privacy_utility"),
+        },
+        "privacy vs utility",
+        inputs=lambda jobs: {
+            "metrics_paths": [f for d in main_datasets(jobs) for f in paper_metrics(jobs, d)]
+        },
     ),
 )
 

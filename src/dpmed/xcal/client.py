@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +34,19 @@ class ClientUpdate:
     tensors: dict[str, torch.Tensor]
     n_samples: int
     ledger: dict
+
+
+class StepAudit(Protocol):
+    """A privacy audit's hook into the client's DP step (`dpmed.privacy.audit.runs`): it may add
+    canary terms to the clipped sums and rescale the noise std before the noisy step."""
+
+    def adjust(
+        self,
+        model: nn.Module,
+        sums: dict[str, torch.Tensor],
+        noise_std: dict,
+        factors: Callable[[torch.Tensor], torch.Tensor],
+    ) -> tuple[dict[str, torch.Tensor], dict]: ...
 
 
 @dataclass
@@ -88,6 +103,7 @@ class Client:
         self.rounds = 0
         self.stats = StepStats()
         self.sigma_ref = self.sigma_signal = 0.0
+        self.audit: StepAudit | None = None
         method.calibrate(self, epsilon)
 
     # ------------------------------------------------------------------ privacy
@@ -163,9 +179,16 @@ class Client:
         yb: torch.Tensor,
         noise_std: dict,
     ) -> None:
-        """DP-SGD step: flat-clipped per-sample gradient sum + N(0, std²), over q·n."""
+        """DP-SGD step: flat-clipped per-sample gradient sum + N(0, std²), over q·n (`audit`, when
+        set, adjusts the sums and the std first)."""
         clip_norm = self.params["clip_norm"]
-        sums, _ = clipped_grad_sum(model, xb, yb, lambda n: opacus_clip_factors(n, clip_norm))
+
+        def factors(norms: torch.Tensor) -> torch.Tensor:
+            return opacus_clip_factors(norms, clip_norm)
+
+        sums, _ = clipped_grad_sum(model, xb, yb, factors)
+        if self.audit is not None:
+            sums, noise_std = self.audit.adjust(model, sums, noise_std, factors)
         noisy_step(model, optimizer, sums, noise_std, self.q * self.n, self.noise)
 
     def sgd_step(

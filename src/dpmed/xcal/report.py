@@ -4,13 +4,16 @@ Every function reads the runs it is given (metrics.json, rounds.csv, road.json, 
 each folder) and writes through `dpmed.report.style`, so identical runs give identical files.
 ROAD is the paper's score (`dpmed.explain.road`): the mean confidence drop in % when the most
 salient pixels are removed (MoRF); `road_combined` is the (LeRF − MoRF) / 2 score beside it.
-Tables (results/tables/<name>.csv + .md):
+Tables (results/tables/<name>.csv + .md), each value the mean over seeds with its 95 %
+t-interval (`dpmed.report.intervals.summarize`: `n_seeds`, `<m>_mean`, `<m>_ci_low`,
+`<m>_ci_high`), comparisons as paired t-tests over seeds (`<m>_p_vs_<baseline>`):
 - xcal_main: F1, accuracy, ROAD (%), combined ROAD and spent ε per dataset × model × method × ε
-  (IID runs, §6);
+  (IID runs, §6), F1 and ROAD of every method tested against static DP-FL and AGP;
 - xcal_efficiency: ΔF1/Δε and ΔROAD/Δε (ROAD in %) over each private run's trajectory (first
   to last round with a value);
-- xcal_clients: F1 and ROAD by client count (columns) per dataset × model × method × shift × ε;
-- xcal_shift: F1 and ROAD by shift (columns) per dataset × model × method × clients × ε;
+- xcal_clients: F1 and ROAD by client count (columns) per dataset × model × method × shift × ε,
+  XCal-FL tested against static DP-FL per column;
+- xcal_shift: F1 and ROAD by shift (columns) per dataset × model × method × clients × ε, likewise;
 - xcal_ablation: XCal-FL presets (α, β, γ) × ε, F1, ROAD (%) and combined ROAD (§7);
 - xcal_runtime: mean seconds per local step of nondp, static and xcal per dataset × model and
   the overhead ratios (§8; bench/xcal_step.py times it under controlled conditions).
@@ -34,7 +37,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from dpmed.config.grid import wildcards_from_path  # noqa: E402
 from dpmed.config.wildcards import parse_eps  # noqa: E402
+from dpmed.report.intervals import paired_tests, summarize  # noqa: E402
 from dpmed.report.style import save_figure, write_table  # noqa: E402
 from dpmed.xcal.methods import (  # noqa: E402
     BASELINE,
@@ -53,6 +58,9 @@ METRICS = ["f1", "accuracy", "road", "road_combined", "epsilon", "f1_per_eps", "
 # The client-count and shift comparisons (tables, figure, Grad-CAM pairs): the DP baseline
 # against XCal-FL with its default preset.
 COMPARED = [BASELINE, PROPOSED]
+# The main table tests every method against these (paired over seeds): static DP-FL and AGP.
+MAIN_BASELINES = [BASELINE, "agp"]
+TESTED = ["f1", "road"]  # the metrics of the paired tests
 
 
 def _base(method: str) -> str:
@@ -61,7 +69,8 @@ def _base(method: str) -> str:
 
 
 def collect(runs: Sequence[str | Path]) -> pd.DataFrame:
-    """One row per run folder: wildcards (clients int, eps float) and metrics.json values."""
+    """One row per run folder: wildcards (clients int, eps float, seed int from the folder
+    name) and metrics.json values."""
     rows = []
     for run in runs:
         metrics = json.loads((Path(run) / "metrics.json").read_text())
@@ -69,9 +78,10 @@ def collect(runs: Sequence[str | Path]) -> pd.DataFrame:
         row.update({k: metrics[k] for k in (*METRICS, "step_seconds")})
         row["clients"] = int(row["clients"])
         row["eps"] = parse_eps(str(row["eps"]))
+        row["seed"] = int(wildcards_from_path("xcal", run)["seed"])
         row["run"] = str(run)
         rows.append(row)
-    frame = pd.DataFrame(rows, columns=[*KEYS, *METRICS, "step_seconds", "run"])
+    frame = pd.DataFrame(rows, columns=[*KEYS, *METRICS, "step_seconds", "seed", "run"])
     return _sorted(frame)
 
 
@@ -80,48 +90,59 @@ def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
         return frame.reset_index(drop=True)
     order = frame["method"].map(method_rank)
     frame = frame.assign(_m=order).sort_values(
-        ["dataset", "model", "_m", "shift", "clients", "eps"], kind="stable"
+        ["dataset", "model", "_m", "shift", "clients", "eps", "seed"], kind="stable"
     )
     return frame.drop(columns="_m").reset_index(drop=True)
 
 
 def main_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """F1 / accuracy / ROAD (%) / combined ROAD / spent ε of the IID runs (paper §6 tables)."""
+    """F1 / accuracy / ROAD (%) / combined ROAD / spent ε of the IID runs (paper §6 tables),
+    mean and 95 % t-interval over seeds, F1 and ROAD paired-tested against `MAIN_BASELINES`."""
     iid = frame[frame["shift"] == POOLED]
-    return iid[
-        [
-            *("dataset", "model", "method", "clients", "eps"),
-            *("f1", "accuracy", "road", "road_combined", "epsilon"),
-        ]
-    ]
+    cell = ["dataset", "model", "clients", "eps"]
+    table = summarize(
+        iid, ["dataset", "model", "method", "clients", "eps"],
+        ["f1", "accuracy", "road", "road_combined", "epsilon"],
+    )  # fmt: skip
+    for baseline in MAIN_BASELINES:
+        tests = paired_tests(iid, cell, "method", baseline, TESTED)
+        table = table.merge(tests, on=[*cell, "method"], how="left", validate="one_to_one")
+    return table
 
 
 def efficiency_table(frame: pd.DataFrame) -> pd.DataFrame:
     """ΔF1/Δε and ΔROAD/Δε (ROAD in %, so percentage points of confidence drop per unit ε)
-    of the private runs."""
+    of the private runs, mean and 95 % t-interval over seeds."""
     private = frame[np.isfinite(frame["eps"].astype(float))]
-    cols = [*KEYS, "epsilon", "f1_per_eps", "road_per_eps"]
-    return private[cols].reset_index(drop=True)
+    return summarize(private, KEYS, ["epsilon", "f1_per_eps", "road_per_eps"])
 
 
 def _pivot(frame: pd.DataFrame, over: str, index: list[str]) -> pd.DataFrame:
-    """F1 and ROAD (%) with one column per value of `over` (e.g. f1_c3, road_c3 …)."""
+    """F1 and ROAD (%) with one group of columns per value of `over` (e.g. f1_c3_mean,
+    f1_c3_ci_low, f1_c3_ci_high, n_seeds_c3 …; XCal-FL rows also f1_c3_p_vs_static)."""
     subset = frame[frame["method"].isin(COMPARED)]
     if subset.empty:
         return pd.DataFrame(columns=index)
     present = set(subset[over])
     values = [s for s in SHIFTS if s in present] if over == "shift" else sorted(present)
-    groups = subset.groupby(index, sort=False)
+    cells = summarize(subset, [*index, over], TESTED)
+    others = [k for k in index if k != "method"]
+    tests = paired_tests(subset, [*others, over], "method", BASELINE, TESTED)
+    cells = cells.merge(tests, on=[*index, over], how="left", validate="one_to_one")
+    stats = ["n_seeds", *(f"{m}_{s}" for m in TESTED for s in ("mean", "ci_low", "ci_high"))]
+    stats += [f"{m}_p_vs_{BASELINE}" for m in TESTED]
     rows = []
-    for key, group in groups:
+    for key, group in cells.groupby(index, sort=False):
         if group[over].nunique() < 2:
             continue
         row = dict(zip(index, key, strict=True))
         for v in values:
             hit = group[group[over] == v]
             label = f"c{v}" if over == "clients" else str(v)
-            row[f"f1_{label}"] = float(hit["f1"].mean()) if len(hit) else math.nan
-            row[f"road_{label}"] = float(hit["road"].mean()) if len(hit) else math.nan
+            for stat in stats:
+                metric, _, rest = stat.partition("_")
+                name = f"{stat}_{label}" if stat == "n_seeds" else f"{metric}_{label}_{rest}"
+                row[name] = hit[stat].iloc[0] if len(hit) else math.nan
         rows.append(row)
     return pd.DataFrame(rows, columns=None if rows else index)
 
@@ -137,46 +158,42 @@ def shift_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def ablation_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """XCal-FL presets × ε (IID): F1, ROAD (%) and combined ROAD (paper §7)."""
+    """XCal-FL presets × ε (IID): F1, ROAD (%) and combined ROAD (paper §7), mean and 95 %
+    t-interval over seeds."""
     xcal = frame[(frame["method"].map(_base) == PROPOSED) & (frame["shift"] == POOLED)]
-    out = xcal[
-        ["dataset", "model", "method", "clients", "eps", "f1", "road", "road_combined"]
-    ].copy()
-    out.insert(3, "preset", out["method"].map(lambda m: split_method(m)[1]))
-    return out.drop(columns="method").reset_index(drop=True)
+    xcal = xcal.assign(preset=xcal["method"].map(lambda m: split_method(m)[1]))
+    keys = ["dataset", "model", "preset", "clients", "eps"]
+    return summarize(xcal, keys, ["f1", "road", "road_combined"])
 
 
 def runtime_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Mean step seconds of nondp / static / xcal (any preset) over the federated IID runs of
-    each dataset × model, and their ratios (NaN where a method did not run)."""
-    nondp, static, xcal = NON_PRIVATE, BASELINE, PROPOSED
-    rows = []
+    each dataset × model with the 95 % t-interval over those runs (`<m>_s_ci_low`,
+    `<m>_s_ci_high`, `<m>_n_runs`), and the ratios of the means (NaN where a method did not
+    run)."""
+    methods = (NON_PRIVATE, BASELINE, PROPOSED)
     fed = frame[(frame["shift"] == POOLED) & (frame["clients"] > 1)]
     fed = fed.assign(base=fed["method"].str.partition("-")[0])
-    for (dataset, model), group in fed.groupby(["dataset", "model"], sort=True):
-        t = {m: group[group["base"] == m]["step_seconds"].mean() for m in (nondp, static, xcal)}
-        rows.append(
-            {
-                "dataset": dataset,
-                "model": model,
-                f"{nondp}_s": t[nondp],
-                f"{static}_s": t[static],
-                f"{xcal}_s": t[xcal],
-                f"{static}_over_{nondp}": t[static] / t[nondp],
-                f"{xcal}_over_{static}": t[xcal] / t[static],
-                f"{xcal}_overhead_pct": 100 * (t[xcal] / t[static] - 1),
-            }
-        )
-    cols = [
-        "dataset",
-        "model",
-        f"{nondp}_s",
-        f"{static}_s",
-        f"{xcal}_s",
-        f"{static}_over_{nondp}",
-        f"{xcal}_over_{static}",
-        f"{xcal}_overhead_pct",
-    ]
+    fed = fed[fed["base"].isin(methods)]
+    cols = ["dataset", "model"]
+    cols += [f"{m}_{s}" for m in methods for s in ("s", "s_ci_low", "s_ci_high", "n_runs")]
+    ratios = [f"{BASELINE}_over_{NON_PRIVATE}", f"{PROPOSED}_over_{BASELINE}"]
+    cols += [*ratios, f"{PROPOSED}_overhead_pct"]
+    cells = summarize(fed, ["dataset", "model", "base"], ["step_seconds"])
+    rows = []
+    for (dataset, model), group in cells.groupby(["dataset", "model"], sort=True):
+        row = {"dataset": dataset, "model": model}
+        for method in methods:
+            hit = group[group["base"] == method]
+            found = len(hit) > 0
+            for stat, column in (("s", "mean"), ("s_ci_low", "ci_low"), ("s_ci_high", "ci_high")):
+                row[f"{method}_{stat}"] = hit[f"step_seconds_{column}"].iloc[0] if found else np.nan
+            row[f"{method}_n_runs"] = int(hit["n_seeds"].iloc[0]) if found else 0
+        t = {m: row[f"{m}_s"] for m in methods}
+        row[ratios[0]] = t[BASELINE] / t[NON_PRIVATE]
+        row[ratios[1]] = t[PROPOSED] / t[BASELINE]
+        row[f"{PROPOSED}_overhead_pct"] = 100 * (t[PROPOSED] / t[BASELINE] - 1)
+        rows.append(row)
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -254,7 +271,8 @@ def trajectories_figure(frame: pd.DataFrame) -> plt.Figure:
 
 
 def clients_shift_figure(frame: pd.DataFrame) -> plt.Figure:
-    """F1 and ROAD vs number of clients, one line per dataset × method × shift (static, xcal)."""
+    """F1 and ROAD vs number of clients (mean over seeds), one line per dataset × method ×
+    shift (static, xcal)."""
     fed = frame[frame["method"].isin(COMPARED) & (frame["clients"] > 1)]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     if fed.empty:
@@ -262,7 +280,7 @@ def clients_shift_figure(frame: pd.DataFrame) -> plt.Figure:
         _no_data(axes[1], "")
         return fig
     for key, group in fed.groupby(["dataset", "model", "method", "shift", "eps"], sort=False):
-        group = group.sort_values("clients")
+        group = group.groupby("clients")[["f1", "road"]].mean().reset_index()
         style = "-" if key[2] == PROPOSED else "--"
         label = f"{key[0]} {key[1]} {key[2]} {key[3]} ε={key[4]:g}"
         axes[0].plot(group["clients"], group["f1"], style, marker="o", label=label)
@@ -278,7 +296,8 @@ def clients_shift_figure(frame: pd.DataFrame) -> plt.Figure:
 
 
 def ablation_figure(frame: pd.DataFrame) -> plt.Figure:
-    """Grouped bars: F1 and ROAD per preset at each ε (one group per dataset × model × ε)."""
+    """Grouped bars: F1 and ROAD per preset at each ε (one group per dataset × model × ε),
+    mean over seeds with the 95 % t-interval as error bar (none with one seed)."""
     table = ablation_table(frame)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     if table.empty:
@@ -299,8 +318,11 @@ def ablation_figure(frame: pd.DataFrame) -> plt.Figure:
     for ax, metric in zip(axes, ("f1", "road"), strict=True):
         for i, preset in enumerate(presets):
             sub = table[table["preset"] == preset].set_index("group")
-            values = [sub[metric].get(g, np.nan) for g in groups]
-            ax.bar(np.arange(len(groups)) + i * width, values, width, label=preset)
+            values = [sub[f"{metric}_mean"].get(g, np.nan) for g in groups]
+            errors = (sub[f"{metric}_ci_high"] - sub[f"{metric}_mean"]).fillna(0.0)
+            errors = [errors.get(g, 0.0) for g in groups]
+            x = np.arange(len(groups)) + i * width
+            ax.bar(x, values, width, yerr=errors, capsize=2, label=preset)
         ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2)
         ax.set_xticklabels(groups, fontsize=6)
         ax.set_ylabel("macro F1" if metric == "f1" else ROAD_LABEL)

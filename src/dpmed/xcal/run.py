@@ -10,9 +10,9 @@ after the last, on a fixed test subsample shared by every run of the dataset).
 
 Outputs in the run folder: rounds.csv (round, f1, accuracy, epsilon = max over clients of ε
 spent so far, road = the paper's ROAD in %, road_combined, seconds), metrics.json,
-privacy.json, road.json, gradcam.npz (Grad-CAM examples of the final model) and model.pt (the
-final global model). A fingerprinted checkpoint after every round lets a killed run resume; it
-is removed once the outputs exist.
+privacy.json, road.json, gradcam.npz (Grad-CAM examples of the final model), model.pt (the
+final global model) and config.json (`dpmed.runtime.run_config`). A fingerprinted checkpoint
+after every round lets a killed run resume; it is removed once the outputs exist.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from dpmed.models.classifiers import gradcam_layer
 from dpmed.privacy.dpsgd import wrap_per_sample
 from dpmed.runtime import JobContext, Progress
 from dpmed.seeding import stable_seed
+from dpmed.tracking import tracker
 from dpmed.xcal import evaluate as xcal_eval
 from dpmed.xcal.client import Client, ClientUpdate
 from dpmed.xcal.methods import Method, resolve
@@ -99,16 +100,19 @@ class History:
 def run(job: JobContext) -> dict:
     """Train one grid cell and write its outputs (module docstring); returns metrics.json."""
     device = job.start()
+    job.write_config("xcal", device)
     fed = build_federation(job, device)
     checkpoint = job.checkpoint("xcal")
     history = resume(checkpoint, fed, device)
     rounds = job.params["rounds"]
     progress = Progress(run_label(job.wildcards), rounds, start=history.rounds_done)
-    for r in range(history.rounds_done, rounds):
-        road_due = (r + 1) % job.params["road_every"] == 0 or r + 1 == rounds
-        scores = train_round(fed, history, road_due)
-        checkpoint.save(checkpoint_state(fed, history))
-        progress.line(r + 1, scores, history.rows[-1]["epsilon"])
+    with tracker(job.out_dir, job.tensorboard, "round", history.rounds_done) as board:
+        for r in range(history.rounds_done, rounds):
+            road_due = (r + 1) % job.params["road_every"] == 0 or r + 1 == rounds
+            scores = train_round(fed, history, road_due)
+            checkpoint.save(checkpoint_state(fed, history))
+            progress.line(r + 1, scores, history.rows[-1]["epsilon"])
+            board.log(history.rows[-1])
     metrics = write_outputs(job, fed, history)
     checkpoint.remove()
     return metrics
@@ -135,13 +139,18 @@ def to_tensor(images: np.ndarray, device: torch.device) -> torch.Tensor:
     return (x.to(torch.float32) / 255.0).to(device)
 
 
-def build_federation(job: JobContext, device: torch.device) -> Federation:
-    """Partition, initial network, clients and test evaluation of the job's cell."""
+def build_federation(
+    job: JobContext,
+    device: torch.device,
+    parts: list[tuple[np.ndarray, np.ndarray]] | None = None,
+) -> Federation:
+    """Partition, initial network, clients and test evaluation of the job's cell; `parts`
+    replaces `client_partitions(job)` (a privacy audit adds its input canaries to it)."""
     wc, params = job.wildcards, job.params
     meta = json.loads((Path(job.processed_dir) / "meta.json").read_text())
     eps = parse_eps(wc["eps"])
     method = resolve(wc["method"], math.isfinite(eps), params["presets"])
-    parts = client_partitions(job)
+    parts = client_partitions(job) if parts is None else parts
     schedule = client_schedule(job)
     arguments = {
         "in_channels": int(meta["channels"]),

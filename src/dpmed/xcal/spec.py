@@ -13,6 +13,8 @@ from dpmed.config.wildcards import EPS_PATTERN
 from dpmed.data.registry import DATASET_REGISTRY
 from dpmed.errors import ConfigError
 from dpmed.models import models_of_kind
+from dpmed.registry import Registry
+from dpmed.report.outputs import ReportOutput, report_targets
 from dpmed.xcal.methods import (
     METHODS,
     eps_problem,
@@ -31,6 +33,7 @@ RUN_FILES = (
     "road.json",
     "gradcam.npz",
     "model.pt",
+    "config.json",
 )
 TABLES = ("xcal_main", "xcal_efficiency", "xcal_clients", "xcal_shift", "xcal_ablation")
 # Measured wall-clock: written under results/measured/, outside the byte-identical outputs.
@@ -49,6 +52,23 @@ REPORT_GROUPS = {
     "xcal_ablation": "§7 ablation",
     "xcal_runtime": "§8 runtime",
 }
+# Figures rules/report.smk generates (`dpmed.report.outputs`); the others are rules/xcal.smk's.
+REPORTS: Registry[ReportOutput] = Registry("xcal report")
+REPORTS.add(
+    "xcal_privacy_utility_figure",
+    ReportOutput(
+        "dpmed.xcal.privacy_utility:privacy_utility_report",
+        {
+            "png_path": ("results/figures/xcal_privacy_utility", "xcal_privacy_utility"),
+            "csv_path": ("results/tables/xcal_privacy_utility", "xcal_privacy_utility"),
+        },
+        "privacy vs utility",
+        inputs=lambda jobs: {
+            "metrics_paths": [f"{j.path}/metrics.json" for j in jobs if j.wc["shift"] == POOLED]
+        },
+        wanted=lambda jobs: [{}] if any(job.wc["shift"] == POOLED for job in jobs) else [],
+    ),
+)
 
 
 def invalid(wc: Mapping[str, str]) -> str | None:
@@ -66,7 +86,7 @@ def invalid(wc: Mapping[str, str]) -> str | None:
 
 def targets(jobs: Sequence[Any]) -> list[str]:
     """Every run file of every job, then the tables, measured tables and figures (none of
-    them when the grid has no xcal job)."""
+    them when the grid has no xcal job; the privacy–utility figure when it has IID runs)."""
     if not jobs:
         return []
     return (
@@ -74,6 +94,7 @@ def targets(jobs: Sequence[Any]) -> list[str]:
         + [f"results/tables/{name}.csv" for name in TABLES]
         + [f"results/measured/{name}.csv" for name in MEASURED_TABLES]
         + [f"results/figures/{name}.png" for name in FIGURES]
+        + report_targets(REPORTS, jobs)
     )
 
 
@@ -124,4 +145,5 @@ SPEC = StudySpec(
     targets=targets,
     category="xcal (paper 001)",
     check=check_config,
+    reports=REPORTS,
 )

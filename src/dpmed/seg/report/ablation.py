@@ -6,8 +6,9 @@ each cell is the mean test Dice over its seeds (the paper averages four runs per
 average the configured seeds). Runs without the suffix are not in the figure: metrics.json does
 not record their lr and C.
 
-Table 2: Δ_{a,b} = Dice_{base} − Dice_{a,b} with Dice = mean *validation* Dice over seeds
-(the paper: "mean over top-3 runs"; we use every configured seed), base = the study's
+Table 2: Δ_{a,b} = Dice_{base} − Dice_{a,b} with Dice the *validation* Dice, averaged over the
+seeds both sides ran (the paper: "mean over top-3 runs"; we use every configured seed), with
+the 95 % t-interval of the per-seed differences and their paired t-test; base = the study's
 configured quantiles (paper: (20, 85)); positive Δ means the base thresholds are better. Only
 the paper's batch scope (no `-s`) and plain clip names; a run `adaptive-vN` without a `-qL-H`
 suffix used the configured quantiles.
@@ -26,6 +27,7 @@ import pandas as pd
 
 from dpmed.config.wildcards import format_eps, parse_eps
 from dpmed.privacy.clipping import paper_column_order
+from dpmed.report.intervals import paired_p, summarize, t_interval
 from dpmed.report.style import save_figure, write_table
 from dpmed.seg.morphology import RETINAL_DATASET, morph_kind, parse_morph
 from dpmed.seg.report.labels import clip_label, clip_order, model_label, model_order
@@ -54,8 +56,9 @@ def plain_clip(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def sweep_cells(runs: pd.DataFrame) -> pd.DataFrame:
-    """Fig. 2 cells: test Dice mean, sample std and seed count per
-    (dataset, model, rule, ε, lr, C) over the runs whose clip carries a sweep suffix."""
+    """Fig. 2 cells: seed count and test Dice mean with its 95 % t-interval over seeds
+    (`dpmed.report.intervals.summarize`) per (dataset, model, rule, ε, lr, C) over the runs
+    whose clip carries a sweep suffix."""
     overrides = [clip_overrides(c) for c in runs["clip"]]
     keep = [bool(o) for o in overrides]
     swept = runs[keep].assign(
@@ -66,11 +69,7 @@ def sweep_cells(runs: pd.DataFrame) -> pd.DataFrame:
     if swept.empty:
         raise ValueError("no seg runs with a clip sweep suffix (e.g. flat-C0.5-lr0.001)")
     keys = ["dataset", "model", "rule", "eps", "lr", "C"]
-    cells = (
-        swept.groupby(keys)
-        .agg(dice_mean=("dice", "mean"), dice_std=("dice", "std"), seeds=("dice", "count"))
-        .reset_index()
-    )
+    cells = summarize(swept, keys, ["dice"])
     models, clips = model_order(), clip_order()
     order = [
         (SEG_DATASETS.index(d), models.index(m), clips.index(r), parse_eps(e), lr, c)
@@ -92,9 +91,9 @@ def lr_clip_figure(metrics_paths: Iterable[str | Path], png_path: str | Path) ->
     for ax, ((dataset, model, rule, eps), panel) in zip(axes[0], panels, strict=True):
         mean = panel.pivot(index="lr", columns="C", values="dice_mean").sort_index(axis=0)
         mean = mean.sort_index(axis=1)
-        seeds = panel.pivot(index="lr", columns="C", values="seeds").reindex_like(mean)
+        seeds = panel.pivot(index="lr", columns="C", values="n_seeds").reindex_like(mean)
         image = ax.imshow(np.ma.masked_invalid(mean.to_numpy(float)), cmap=cmap, aspect="auto")
-        full = int(panel["seeds"].max())
+        full = int(panel["n_seeds"].max())
         for (i, j), value in np.ndenumerate(mean.to_numpy(float)):
             if np.isfinite(value):
                 n = int(seeds.iloc[i, j])
@@ -126,9 +125,11 @@ def _quantile_label(q: tuple[float, float]) -> str:
 def quantile_table(
     metrics_paths: Iterable[str | Path], quantiles: Sequence[float] = (20, 85)
 ) -> pd.DataFrame:
-    """Table 2 on duke: rows model × policy vN × Δ_{a,b} for every `-qa-b` variant present,
-    columns clip rules (ε appended if a rule ran at several); value = mean val Dice of the
-    configured `quantiles` minus that of (a, b), NaN where either side has no run."""
+    """Table 2 on duke: rows model × policy vN × Δ_{a,b} for every `-qa-b` variant present;
+    per clip rule (label L, ε appended if a rule ran at several) the columns L = mean over
+    paired seeds of val Dice(configured `quantiles`) − val Dice(a, b), `L_ci_low`, `L_ci_high`
+    (95 % t-interval of those differences) and `L_p_vs_base` (`paired_p`); NaN where the two
+    sides share no seed."""
     base = (float(quantiles[0]), float(quantiles[1]))
     runs = plain_clip(collect_runs(metrics_paths))
     runs = runs[runs["dataset"] == RETINAL_DATASET]
@@ -146,8 +147,8 @@ def quantile_table(
     if not models:
         raise ValueError("no batch-scope adaptive-vN-qL-H runs on duke for the quantile table")
     runs = runs[runs["model"].isin(models)]
-    score = runs.groupby(["model", "version", "q_low", "q_high", "clip", "eps"])["val_dice"]
-    score = score.mean()
+    score = runs.set_index(["model", "version", "q_low", "q_high", "clip", "eps", "seed"])
+    score = score["val_dice"].sort_index()
     columns = clip_groups(runs, paper_column_order(baseline_first=False))
     labels = setting_labels(columns)
     rows = []
@@ -157,11 +158,34 @@ def quantile_table(
         for version, q in itertools.product(sorted(set(sub["version"])), variants):
             row = {"model": model_label(model), "policy": version, "setting": _quantile_label(q)}
             for clip, eps in columns:
-                ref = score.get((model, version, *base, clip, eps), np.nan)
-                other = score.get((model, version, *q, clip, eps), np.nan)
-                row[labels[clip, eps]] = ref - other
+                row |= _paired_delta(
+                    _seeds(score, (model, version, *base, clip, eps)),
+                    _seeds(score, (model, version, *q, clip, eps)),
+                    labels[clip, eps],
+                )
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _seeds(score: pd.Series, cell: tuple) -> pd.Series:
+    """Val Dice by seed of one cell (empty if it did not run)."""
+    return score[cell] if cell in score.index.droplevel("seed") else pd.Series(dtype=float)
+
+
+def _paired_delta(base: pd.Series, other: pd.Series, label: str) -> dict[str, float]:
+    """Table 2 columns of one cell: mean base − other over the shared seeds, its t-interval
+    and the paired t-test."""
+    seeds = sorted(set(base.index) & set(other.index))
+    if not seeds:
+        return {label: np.nan, f"{label}_ci_low": np.nan, f"{label}_ci_high": np.nan,
+                f"{label}_p_vs_base": np.nan}  # fmt: skip
+    mean, low, high = t_interval((base[seeds] - other[seeds]).to_numpy(float))
+    return {
+        label: mean,
+        f"{label}_ci_low": low,
+        f"{label}_ci_high": high,
+        f"{label}_p_vs_base": paired_p(base[seeds].to_numpy(float), other[seeds].to_numpy(float)),
+    }
 
 
 def write_quantile_table(

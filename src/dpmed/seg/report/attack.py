@@ -2,12 +2,18 @@
 table, from the runs' attack.json files (`dpmed.seg.attack`).
 
 Table: one row per (dataset, model, clip, morph, eps) of every run given (sweep and ablation
-cells included), mean over seeds of AUC, balanced accuracy, advantage and TPR at FPR 1 % / 0.1 %,
-sample sd (ddof 1, empty with one seed) of AUC and balanced accuracy, and the number of seeds.
+cells included): `n_seeds`, and per metric (AUC, balanced accuracy, advantage, TPR at FPR 1 % /
+0.1 %) the mean over seeds with its 95 % t-interval over seeds (`<m>_mean`, `<m>_ci_low`,
+`<m>_ci_high`, `dpmed.report.intervals.summarize`). The threshold-free metrics (AUC, TPR at low
+FPR) also get a 95 % percentile bootstrap interval over evaluation images (`<m>_boot_low`,
+`<m>_boot_high`): members and non-members of each seed resampled separately, the statistic
+averaged over the cell's seeds, B = `BOOTSTRAP_RESAMPLES`, fixed seed `BOOTSTRAP_SEED`.
+`auc_p_vs_flat`: paired t-test over seeds of the AUC against flat clipping in the same
+(dataset, model, morph, ε) (NaN for flat itself and below two paired seeds).
 Figure: one panel per dataset, (a) Duke (b) UMN (c) COVID-19 lung CT as present; the paper's
 cells only (a plain clip rule, morph none or a fixed variant, no -q/-s suffix); per model (and
 fixed morph variant) one bar per clip rule and ε: balanced accuracy at the calibrated threshold
-(mean ± sd over seeds), AUC as a marker, chance (0.5) dashed.
+(mean over seeds, 95 % t-interval as error bar), AUC as a marker, chance (0.5) dashed.
 """
 
 from __future__ import annotations
@@ -22,7 +28,10 @@ import numpy as np
 import pandas as pd
 
 from dpmed.config.wildcards import parse_eps
+from dpmed.errors import DataFormatError
+from dpmed.metrics.membership import THRESHOLD_FREE
 from dpmed.privacy.clipping import CLIP_RULES
+from dpmed.report.intervals import bootstrap_interval, paired_tests, summarize
 from dpmed.report.style import save_figure, write_table
 from dpmed.seg.morphology import is_plain, morph_kind
 from dpmed.seg.report.labels import clip_label, clip_order, dataset_label, model_label, model_order
@@ -31,14 +40,29 @@ from dpmed.seg.spec import SEG_DATASETS, clip_rule
 METRICS = ("auc", "balanced_accuracy", "advantage", "tpr_at_fpr_1pct", "tpr_at_fpr_0.1pct")
 CELL = ["dataset", "model", "clip", "morph", "eps"]
 HATCHES = ("", "//", "..", "xx", "\\\\")
+BOOTSTRAP_RESAMPLES = 1000
+BOOTSTRAP_SEED = 0
+BASELINE_CLIP = "flat"
 
 
 def collect_attacks(paths: Iterable[str | Path]) -> pd.DataFrame:
-    """One row per attack.json: its wildcards and metrics."""
+    """One row per attack.json: its wildcards, metrics and per-image evaluation scores
+    (`members`, `nonmembers`: float arrays)."""
     rows = []
     for path in paths:
         result = json.loads(Path(path).read_text())
-        rows.append(dict(result["wildcards"]) | {k: float(result[k]) for k in METRICS})
+        if "evaluation_scores" not in result:
+            raise DataFormatError(
+                path,
+                "no per-image `evaluation_scores` (written by an older dpmed): rerun this "
+                "attack, e.g. `snakemake --forcerun seg_attack`, so the table can bootstrap",
+            )
+        scores = result["evaluation_scores"]
+        rows.append(
+            dict(result["wildcards"])
+            | {k: float(result[k]) for k in METRICS}
+            | {side: np.asarray(scores[side], dtype=float) for side in ("members", "nonmembers")}
+        )
     if not rows:
         raise ValueError("no attack.json files given")
     return pd.DataFrame(rows)
@@ -58,13 +82,26 @@ def _order(row: pd.Series) -> tuple:
 
 
 def attack_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean (and sd of AUC, balanced accuracy) over seeds per cell, in paper order."""
-    grouped = runs.groupby(CELL, sort=False)
-    table = grouped[list(METRICS)].mean()
-    for name in ("auc", "balanced_accuracy"):
-        table[f"{name}_sd"] = grouped[name].std(ddof=1)
-    table["n_seeds"] = grouped.size()
-    table = table.reset_index()
+    """Mean and 95 % t-interval over seeds per cell, bootstrap intervals over images of the
+    threshold-free metrics, paired p of the AUC against flat clipping; in paper order."""
+    runs = runs.assign(seed=runs["seed"].astype(int))
+    table = summarize(runs, CELL, METRICS)
+    for name, statistic in THRESHOLD_FREE.items():
+        bounds = [
+            bootstrap_interval(
+                list(zip(cell["members"], cell["nonmembers"], strict=True)),
+                statistic,
+                BOOTSTRAP_RESAMPLES,
+                seed=BOOTSTRAP_SEED,
+            )
+            for _, cell in runs.groupby(CELL, sort=False)
+        ]
+        at = table.columns.get_loc(f"{name}_ci_high") + 1
+        table.insert(at, f"{name}_boot_low", [b[0] for b in bounds])
+        table.insert(at + 1, f"{name}_boot_high", [b[1] for b in bounds])
+    cells = ["dataset", "model", "morph", "eps"]
+    tests = paired_tests(runs, cells, "clip", BASELINE_CLIP, ["auc"])
+    table = table.merge(tests, on=CELL, how="left", validate="one_to_one")
     order = sorted(range(len(table)), key=lambda i: _order(table.iloc[i]))
     return table.iloc[order].reset_index(drop=True)
 
@@ -103,7 +140,7 @@ def attack_figure(table: pd.DataFrame, png_path: str | Path) -> None:
     )
     fig.suptitle(
         "Global-loss membership attack per clipping rule (bars: balanced accuracy at the "
-        "calibrated threshold, mean ± sd over seeds; diamonds: AUC)",
+        "calibrated threshold, mean and 95 % t-interval over seeds; diamonds: mean AUC)",
         fontsize=9,
     )
     save_figure(fig, png_path)
@@ -121,6 +158,14 @@ def _series_label(clip: str, eps: str) -> str:
     return clip_label(clip) + (f" (ε={eps})" if CLIP_RULES[clip].bounded else "")
 
 
+def _error_bar(row: object | None) -> tuple[float, float]:
+    """(below, above) the mean balanced accuracy to the t-interval bounds; none with one seed."""
+    if row is None or math.isnan(row.balanced_accuracy_ci_low):
+        return 0.0, 0.0
+    mean = row.balanced_accuracy_mean
+    return mean - row.balanced_accuracy_ci_low, row.balanced_accuracy_ci_high - mean
+
+
 def _panel(ax: plt.Axes, cells: pd.DataFrame, all_series: list[tuple[str, str]]) -> None:
     groups = sorted(
         set(zip(cells["model"], cells["morph"], strict=True)),
@@ -134,19 +179,16 @@ def _panel(ax: plt.Axes, cells: pd.DataFrame, all_series: list[tuple[str, str]])
         rows = cells[(cells["clip"] == clip) & (cells["eps"] == eps)]
         by_group = {(r.model, r.morph): r for r in rows.itertuples(index=False)}
         picked = [by_group.get(g) for g in groups]
-        ba = [np.nan if r is None else r.balanced_accuracy for r in picked]
-        sd = [
-            0.0 if r is None or math.isnan(r.balanced_accuracy_sd) else r.balanced_accuracy_sd
-            for r in picked
-        ]
-        auc = [np.nan if r is None else r.auc for r in picked]
+        ba = [np.nan if r is None else r.balanced_accuracy_mean for r in picked]
+        err = np.array([_error_bar(r) for r in picked]).T
+        auc = [np.nan if r is None else r.auc_mean for r in picked]
         offset = x + (i - (len(series) - 1) / 2) * width
         eps_rank = [e for c, e in all_series if c == clip].index(eps)
         ax.bar(
             offset,
             ba,
             width,
-            yerr=sd,
+            yerr=err,
             capsize=2,
             label=_series_label(clip, eps),
             color=colors(clip_order().index(clip)),

@@ -5,8 +5,10 @@ Table rows (`main_table`), per model: setting × method as in the paper's Table 
   Non-private: No Morph, Morph (<op>-k<k>) for each fixed variant, Adaptive Morph (vN);
   DP (no morph) / DP + Morph (<op>-k<k>) / DP + Adaptive Morph (vN): one row per clip rule.
 Every fixed variant is its own row (the paper keeps only the best one; choosing on the test
-set would be optimistic). Values are mean and sample std (ddof 1) over seeds; with one seed
-std is empty. HD95 is paper 002 Eq. (3) (`dpmed.metrics.segmentation.hd95`, pixels);
+set would be optimistic). Values are the mean over seeds with its 95 % t-interval (`<m>_mean`,
+`<m>_ci_low`, `<m>_ci_high`, `n_seeds`; empty bounds with one seed), and `dice_p_vs_flat` the
+paired t-test over seeds of a clip rule's Dice against flat clipping in the same cell.
+HD95 is paper 002 Eq. (3) (`dpmed.metrics.segmentation.hd95`, pixels);
 `hd95_empty` / `hd95_both_empty` sum over seeds the (image, class) pairs scored by the empty
 rule (exactly one mask empty → image diagonal; both empty → 0). Figs. 3–5: bars of test Dice
 (and HD95 for OCT, S_α for COVID CT) per clip rule, without morphology vs the fixed morphology
@@ -25,6 +27,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from dpmed.report.intervals import paired_tests, summarize
 from dpmed.report.style import save_figure, write_table
 from dpmed.seg.morphology import MORPH_KINDS, morph_kind, parse_morph
 from dpmed.seg.report.labels import clip_label, clip_order, model_label, model_order
@@ -32,6 +35,7 @@ from dpmed.seg.spec import SEG_DATASETS, STRUCTURE_DATASETS
 
 METRICS = ("dice", "hd95", "mae", "s_alpha", "e_phi")
 COLUMN = {"dice": "Dice", "hd95": "HD95", "mae": "MAE", "s_alpha": "S_alpha", "e_phi": "E_phi"}
+BASELINE_CLIP = "flat"  # the clip rule the others are tested against (paired over seeds)
 
 
 def collect_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
@@ -72,36 +76,45 @@ def setting_method(clip: str, morph: str) -> tuple[str, str]:
     return setting[kind], method
 
 
-def _fmt(mean: float, std: float, n: int) -> str:
+def _fmt(mean: float, low: float, n: int) -> str:
+    """'mean ± half-width of the 95 % t-interval', or 'mean (n=1)' without an interval."""
     if math.isnan(mean):
         return ""
-    return f"{mean:.4f} ± {std:.4f}" if n > 1 else f"{mean:.4f} (n=1)"
+    return f"{mean:.4f} ± {mean - low:.4f}" if n > 1 else f"{mean:.4f} (n=1)"
 
 
 def main_table(runs: pd.DataFrame, dataset: str) -> pd.DataFrame:
-    """Table 3 layout for `dataset`: model × setting × method, metrics mean ± std over seeds."""
+    """Table 3 layout for `dataset`: model × setting × method; per metric the mean over seeds
+    and its 95 % t-interval (`dpmed.report.intervals.summarize`, text column 'mean ±
+    half-width'), and the paired t-test over seeds of each clip rule's Dice against flat
+    clipping at the same model, morphology and ε (`dice_p_vs_flat`)."""
     sub = runs[runs["dataset"] == dataset]
     if sub.empty:
         raise ValueError(f"no seg runs of dataset '{dataset}'")
     structure = ["s_alpha", "e_phi"] if dataset in STRUCTURE_DATASETS else []
     metrics = ["dice", "hd95", "mae", *structure]
+    cell = ["model", "clip", "morph", "eps"]
+    sub = sub.assign(seed=sub["seed"].astype(int))
+    table = summarize(sub, cell, metrics)
+    empty = sub.groupby(cell, sort=False)[["hd95_empty", "hd95_both_empty"]].sum()
+    table = table.join(empty.astype(int), on=cell)
+    tests = paired_tests(sub, ["model", "morph", "eps"], "clip", BASELINE_CLIP, ["dice"])
+    table = table.merge(tests, on=cell, how="left", validate="one_to_one")
+    labels = [setting_method(c, m) for c, m in zip(table["clip"], table["morph"], strict=True)]
+    table.insert(0, "model_label", [model_label(m) for m in table["model"]])
+    table.insert(1, "setting", [label[0] for label in labels])
+    table.insert(2, "method", [label[1] for label in labels])
+    for at, name in enumerate(metrics, start=table.columns.get_loc("n_seeds") + 1):
+        text = [
+            _fmt(mean, low, n)
+            for mean, low, n in zip(
+                table[f"{name}_mean"], table[f"{name}_ci_low"], table["n_seeds"], strict=True
+            )
+        ]
+        table.insert(at, COLUMN[name], text)
     models, clips = model_order(), clip_order()
-    rows = []
-    for (model, clip, morph, eps), cell in sub.groupby(
-        ["model", "clip", "morph", "eps"], sort=False
-    ):
-        setting, method = setting_method(clip, morph)
-        row = {"model": model_label(model), "setting": setting, "method": method}
-        row |= {"clip": clip, "morph": morph, "eps": eps, "seeds": len(cell)}
-        for name in metrics:
-            values = cell[name].astype(float)
-            mean = float(values.mean())
-            std = float(values.std(ddof=1)) if len(values) > 1 else math.nan
-            row[COLUMN[name]] = _fmt(mean, std, len(values))
-            row[f"{name}_mean"], row[f"{name}_std"] = mean, std
-        row["hd95_empty"] = int(cell["hd95_empty"].sum())
-        row["hd95_both_empty"] = int(cell["hd95_both_empty"].sum())
-        row["_order"] = (
+    order = [
+        (
             models.index(model),
             setting != "Non-private",
             _setting_rank(setting),
@@ -109,8 +122,12 @@ def main_table(runs: pd.DataFrame, dataset: str) -> pd.DataFrame:
             clips.index(clip),
             morph,
         )
-        rows.append(row)
-    table = pd.DataFrame(rows).sort_values("_order").drop(columns="_order")
+        for model, setting, clip, morph in zip(
+            table["model"], table["setting"], table["clip"], table["morph"], strict=True
+        )
+    ]
+    table = table.iloc[sorted(range(len(table)), key=order.__getitem__)]
+    table = table.drop(columns="model").rename(columns={"model_label": "model"})
     return table.reset_index(drop=True)
 
 

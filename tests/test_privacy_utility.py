@@ -1,0 +1,147 @@
+"""Privacy–utility figures (dpmed.report.privacy_utility and the seg / xcal writers): the values
+plotted, from hand-made run folders, against means and t-intervals computed by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+
+from dpmed.report.privacy_utility import figure, points
+from dpmed.seg.report.privacy_utility import privacy_utility_report as seg_report
+from dpmed.xcal.privacy_utility import privacy_utility_report as xcal_report
+
+# Two-sided 95 % Student-t quantiles t(0.975, n - 1) from a table, n = 2 and 3.
+T975 = {2: 12.706204736174698, 3: 4.302652729749464}
+
+
+def hand_interval(values: list[float]) -> tuple[float, float, float]:
+    n = len(values)
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = T975[n] * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def seg_run(root: Path, model: str, clip: str, morph: str, eps: str, seed: int, dice: float):
+    wc = dict(dataset="duke", model=model, clip=clip, morph=morph, eps=eps, seed=str(seed))
+    path = root / "_".join(wc.values()) / "metrics.json"
+    path.parent.mkdir(parents=True)
+    body = dict(wildcards=wc, dice=dice, hd95=1.0, mae=0.1, val_dice=dice, train_seconds=1.0)
+    path.write_text(json.dumps(body | {"hd95_empty": 0, "hd95_both_empty": 0}))
+    return path
+
+
+def xcal_run(root: Path, method: str, clients: int, eps: str, seed: int, f1: float, shift="iid"):
+    folder = (
+        root / f"results/xcal/bloodmnist/resnet18/{method}/{shift}/c{clients}/eps{eps}/seed{seed}"
+    )
+    folder.mkdir(parents=True)
+    metrics = dict(dataset="bloodmnist", model="resnet18", method=method, shift=shift)
+    metrics |= dict(clients=str(clients), eps=eps, f1=f1, accuracy=0.5, road=1.0)
+    metrics |= dict(road_combined=0.1, epsilon=1.0, f1_per_eps=0.0, road_per_eps=0.0)
+    (folder / "metrics.json").write_text(json.dumps(metrics | {"step_seconds": 0.1}))
+    return folder / "metrics.json"
+
+
+def check_rows(table: pd.DataFrame, metric: str, expected: dict) -> None:
+    """`expected`: (panel, line, eps) → the run values of that point."""
+    got = table.set_index(["panel", "line", "eps"])
+    assert sorted(got.index) == sorted(expected)
+    for key, values in expected.items():
+        row = got.loc[key]
+        assert row["n_seeds"] == len(values)
+        mean, low, high = hand_interval(values) if len(values) > 1 else (values[0], *[math.nan] * 2)
+        assert row[f"{metric}_mean"] == pytest.approx(mean, rel=1e-12)
+        if len(values) > 1:
+            assert row[f"{metric}_ci_low"] == pytest.approx(low, rel=1e-9)
+            assert row[f"{metric}_ci_high"] == pytest.approx(high, rel=1e-9)
+        else:
+            assert math.isnan(row[f"{metric}_ci_low"]) and math.isnan(row[f"{metric}_ci_high"])
+
+
+def test_seg_points_are_the_seed_means_with_t_intervals(tmp_path):
+    runs = [
+        seg_run(tmp_path, "unet", "none", "none", "inf", 0, 0.80),
+        seg_run(tmp_path, "unet", "none", "none", "inf", 1, 0.84),
+        seg_run(tmp_path, "unet", "none", "none", "inf", 2, 0.83),
+        seg_run(tmp_path, "unet", "flat", "none", "8", 0, 0.60),
+        seg_run(tmp_path, "unet", "flat", "none", "8", 1, 0.70),
+        seg_run(tmp_path, "unet", "flat", "none", "50", 0, 0.75),
+        seg_run(tmp_path, "unet", "flat", "close-k3", "8", 0, 0.65),
+        seg_run(tmp_path, "unetpp", "autos", "adaptive-v2", "8", 0, 0.5),
+    ]
+    png, csv = tmp_path / "out" / "f.png", tmp_path / "out" / "t.csv"
+    seg_report(runs[::-1], png, csv)
+    table = pd.read_csv(csv)
+    unet, unetpp = "Duke · UNet", "Duke · UNet++"
+    check_rows(
+        table,
+        "dice",
+        {
+            (unet, "No Morph", math.inf): [0.80, 0.84, 0.83],
+            (unet, "DP (no morph): Flat", 8.0): [0.60, 0.70],
+            (unet, "DP (no morph): Flat", 50.0): [0.75],
+            (unet, "DP + Morph: Flat (close-k3)", 8.0): [0.65],
+            (unetpp, "DP + Adaptive Morph (v2): AUTO-S", 8.0): [0.5],
+        },
+    )
+    assert list(dict.fromkeys(table["panel"])) == [unetpp, unet]  # the paper's model order
+    assert table[table["panel"] == unet]["line"].iloc[0] == "No Morph"  # reference first
+    assert png.exists() and png.with_suffix(".pdf").exists()
+    assert "<table" in csv.with_suffix(".html").read_text()
+    first = png.read_bytes(), csv.read_bytes()
+    seg_report(runs, png, csv)  # input order does not matter; bytes are identical
+    assert (png.read_bytes(), csv.read_bytes()) == first
+
+
+def test_xcal_points_are_the_seed_means_of_the_iid_runs(tmp_path):
+    runs = [
+        xcal_run(tmp_path, "nondp", 3, "inf", 0, 0.9),
+        xcal_run(tmp_path, "nondp", 3, "inf", 1, 0.8),
+        xcal_run(tmp_path, "static", 3, "5", 0, 0.5),
+        xcal_run(tmp_path, "static", 3, "5", 1, 0.6),
+        xcal_run(tmp_path, "static", 3, "5", 2, 0.7),
+        xcal_run(tmp_path, "static", 5, "5", 0, 0.4),
+        xcal_run(tmp_path, "xcal", 3, "0.5", 0, 0.3),
+        xcal_run(tmp_path, "centralized", 1, "5", 0, 0.55),
+        xcal_run(tmp_path, "static", 3, "5", 3, 0.0, shift="label"),  # not IID: left out
+    ]
+    csv = tmp_path / "out" / "t.csv"
+    xcal_report(runs, tmp_path / "out" / "f.png", csv)
+    panel = "bloodmnist · resnet18"
+    check_rows(
+        pd.read_csv(csv),
+        "f1",
+        {
+            (panel, "nondp · 3 clients", math.inf): [0.9, 0.8],
+            (panel, "static · 3 clients", 5.0): [0.5, 0.6, 0.7],
+            (panel, "static · 5 clients", 5.0): [0.4],
+            (panel, "xcal · 3 clients", 0.5): [0.3],
+            (panel, "centralized · 1 client", 5.0): [0.55],
+        },
+    )
+
+
+def test_the_figure_draws_a_line_per_method_and_a_reference_per_non_private_one():
+    runs = pd.DataFrame(
+        {
+            "panel": ["p"] * 5,
+            "line": ["ref", "ref", "dp", "dp", "dp"],
+            "eps": [math.inf, math.inf, 1.0, 1.0, 10.0],
+            "value": [0.9, 0.7, 0.2, 0.4, 0.5],
+        }
+    )
+    fig = figure(points(runs), "u", "t")
+    ax = fig.axes[0]
+    line = [c for c in ax.containers if c.get_label() == "dp"][0].lines[0]
+    assert list(line.get_xdata()) == [1.0, 10.0]
+    assert list(line.get_ydata()) == pytest.approx([0.3, 0.5])
+    reference = [ln for ln in ax.get_lines() if ln.get_label() == "ref (ε = ∞)"][0]
+    assert list(reference.get_ydata()) == pytest.approx([0.8, 0.8])
+    assert ax.get_xscale() == "log"
+    plt.close(fig)
