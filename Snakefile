@@ -22,8 +22,10 @@ DPMED_ROOT = Path(workflow.current_basedir)
 # or another checkout's editable install never runs in place of this workflow's code.
 DPMED_SRC = str(DPMED_ROOT / "src")
 sys.path.insert(0, DPMED_SRC)
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [DPMED_SRC, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+os.environ.update(
+    PYTHONPATH=os.pathsep.join(
+        [DPMED_SRC, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    )
 )
 
 from dpmed.config.checks import load_config_file

@@ -95,6 +95,17 @@ def run_snakemake(*args: str, cwd: Path = REPO, check: bool = True) -> subproces
     return result
 
 
+def site_slurm_profile(root: Path) -> Path:
+    """profiles/slurm-template installed below `root` as `make slurm-profile` would, with the
+    partitions `cpu` and `gpu` and account `proj`; the folder to pass to `--profile`."""
+    from dpmed.slurm_profile import install
+
+    dest = root / "slurm"
+    values = {"<account>": "proj", "<cpu-partition>": "cpu", "<gpu-partition>": "gpu"}
+    install(REPO / "profiles" / "slurm-template", dest, values)
+    return dest
+
+
 def run_data_stage(workdir: Path) -> None:
     """Run the data stage of the smoke config in `workdir`."""
     workdir.mkdir(parents=True, exist_ok=True)

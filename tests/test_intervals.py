@@ -15,6 +15,7 @@ from scipy import stats
 from dpmed.metrics.membership import auc
 from dpmed.report.intervals import (
     bootstrap_interval,
+    half_width,
     paired_p,
     paired_tests,
     summarize,
@@ -42,6 +43,12 @@ def test_three_seeds_by_hand():
     assert mean == 2.0
     assert high - mean == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)
     assert mean - low == pytest.approx(high - mean)
+
+
+def test_half_width_is_the_t_interval_half_for_error_bars():
+    assert half_width([1.0, 2.0, 3.0]) == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)
+    assert half_width([1.0, math.nan, 2.0, 3.0]) == pytest.approx(4.302653 / math.sqrt(3), 1e-6)
+    assert half_width([0.7]) == 0.0 and half_width([]) == 0.0
 
 
 def test_one_value_has_no_interval():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
@@ -127,6 +128,17 @@ def test_figure_morph_bar_is_the_fixed_variant_best_on_validation(runs):
     cells = _cell_means(collect_runs(runs))
     chosen = best_fixed(cells[(cells["model"] == "unet") & (cells["clip"] == "flat")])
     assert chosen["morph"] == "open-k5"  # val 0.9 beats both-k3's 0.5 despite lower test Dice
+
+
+def test_clipping_figure_error_bars_are_95_percent_t_intervals_over_seeds(tmp_path):
+    from dpmed.seg.report.main import _cell_means
+
+    dice = [0.70, 0.74, 0.71]  # the old bars were the sample sd (0.0208), not the interval
+    paths = [_write(tmp_path, "duke", "unet", "flat", "none", "8", s, v) for s, v in
+             enumerate(dice)]  # fmt: skip
+    cell = _cell_means(collect_runs(paths)).iloc[0]
+    want = stats.t.interval(0.95, 2, loc=np.mean(dice), scale=stats.sem(dice))
+    assert cell["dice_ci"] == pytest.approx(want[1] - np.mean(dice), rel=1e-9)
 
 
 def test_main_table_tests_each_clip_rule_against_flat_paired_by_seed(tmp_path):

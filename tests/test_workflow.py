@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, SMOKE_CONFIG, run_data_stage, run_snakemake
+from conftest import REPO, SMOKE_CONFIG, run_data_stage, run_snakemake, site_slurm_profile
 
 from dpmed.data.registry import DATASETS
 from dpmed.data.synthetic.fets import REAL_PARTITION_SIZES
@@ -21,9 +21,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("profile", ["local", "slurm"])
 def test_dry_run_of_the_paper_config(profile, tmp_path):
-    result = run_snakemake(
-        "-n", "--profile", str(REPO / "profiles" / profile), "--directory", str(tmp_path)
-    )
+    folder = REPO / "profiles" / "local" if profile == "local" else site_slurm_profile(tmp_path)
+    result = run_snakemake("-n", "--profile", str(folder), "--directory", str(tmp_path / "run"))
     assert re.search(r"total\s+\d+", result.stdout)
 
 

@@ -14,8 +14,9 @@ from typing import ClassVar
 
 import pytest
 import yaml
-from conftest import XCAL_PARAMS, xcal_processed
+from conftest import SMOKE_CONFIG, XCAL_PARAMS, xcal_processed
 
+from dpmed.config.checks import check_config, load_configs
 from dpmed.config.study import StudySpec
 from dpmed.models import models_of_kind
 from dpmed.privacy.accounting import noise_multiplier
@@ -109,13 +110,12 @@ def test_validity_rules_read_from_the_registry_keep_their_verdicts_and_reasons()
 
 
 def test_targets_list_run_files_with_model_pt_then_tables_and_figures():
-    class Job:
-        path = "results/xcal/a"
-
+    grid = check_config(load_configs([SMOKE_CONFIG]), REPO / "config" / "schema.yaml")
+    job = next(iter(grid.jobs("xcal")))
     assert spec.targets([]) == []
-    targets = spec.targets([Job()])
-    assert targets[: len(spec.RUN_FILES)] == [f"results/xcal/a/{f}" for f in spec.RUN_FILES]
-    assert "results/xcal/a/model.pt" in targets
+    targets = spec.targets([job])
+    assert targets[: len(spec.RUN_FILES)] == [f"{job.path}/{f}" for f in spec.RUN_FILES]
+    assert f"{job.path}/model.pt" in targets
     assert "results/measured/xcal_runtime.csv" in targets
     assert {f"results/figures/{n}.png" for n in spec.FIGURES} <= set(targets)
     assert set(spec.REPORT_GROUPS) == {*spec.TABLES, *spec.MEASURED_TABLES, *spec.FIGURES}

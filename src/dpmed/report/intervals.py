@@ -28,6 +28,17 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float
     return mean, mean - float(half), mean + float(half)
 
 
+def half_width(values: Sequence[float], confidence: float = 0.95) -> float:
+    """Half the width of `t_interval` over the finite `values`, for a symmetric error bar;
+    0.0 where the interval is undefined (fewer than two values)."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size < 2:
+        return 0.0
+    mean, _, high = t_interval(x, confidence)
+    return high - mean
+
+
 STATS = ("mean", "ci_low", "ci_high")  # suffixes of the columns `summarize` gives a metric
 
 

@@ -1,7 +1,7 @@
 """Paper 002 Figs. 11 and 12: adaptive DP-Morph on duke.
 
 Fig. 11 (from metrics.json): per model with adaptive runs, grouped bars of test Dice (mean ±
-sample std over seeds) per clip rule: no morphology, the fixed variant with the best mean
+95 % t-interval over seeds) per clip rule: no morphology, the fixed variant with the best mean
 *validation* Dice (its name on the bar), adaptive v1–v3 with the configured quantiles and the
 paper's batch scope, and, hatched, the per-image (sound, `-s`) variants where they ran.
 
@@ -26,6 +26,7 @@ from matplotlib.ticker import MaxNLocator
 
 from dpmed.config.grid import wildcards_from_path
 from dpmed.data.oct import DUKE_CLASSES
+from dpmed.report.intervals import half_width
 from dpmed.report.style import save_figure
 from dpmed.seg.morphology import (
     OPERATIONS,
@@ -69,15 +70,16 @@ def _category(morph: str) -> str | None:
 
 
 def _bar(cell_runs: pd.DataFrame, key: str) -> tuple[float, float, str]:
-    """(mean, std, name) of test Dice for bar `key` in one (model, clip, ε) group."""
+    """(mean, 95 % t-interval half-width, name) of test Dice for bar `key` in one
+    (model, clip, ε) group."""
     runs = cell_runs[cell_runs["category"] == key]
     if key == "fixed" and not runs.empty:
         means = runs.groupby("morph", as_index=False)["val_dice"].mean()
         runs = runs[runs["morph"] == best_fixed(means)["morph"]]
     if runs.empty:
         return np.nan, 0.0, ""
-    std = float(runs["dice"].std()) if len(runs) > 1 else 0.0
-    return float(runs["dice"].mean()), std, runs["morph"].iloc[0] if key == "fixed" else ""
+    half = half_width(runs["dice"])
+    return float(runs["dice"].mean()), half, runs["morph"].iloc[0] if key == "fixed" else ""
 
 
 def adaptive_figure(metrics_paths: Iterable[str | Path], png_path: str | Path) -> None:
@@ -125,7 +127,8 @@ def adaptive_figure(metrics_paths: Iterable[str | Path], png_path: str | Path) -
     names = [b[1] for b in categories if b[1] in handles]
     fig.legend([handles[n] for n in names], names, fontsize=8, loc="outside right")
     fig.suptitle(
-        f"{RETINAL_DATASET}: adaptive DP-Morph vs fixed vs none (test set, mean ± sd over seeds)"
+        f"{RETINAL_DATASET}: adaptive DP-Morph vs fixed vs none "
+        "(test set, mean ± 95 % t-interval over seeds)"
     )
     save_figure(fig, png_path)
 

@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from dpmed.report.intervals import paired_tests, summarize
+from dpmed.report.intervals import half_width, paired_tests, summarize
 from dpmed.report.style import save_figure, write_table
 from dpmed.seg.morphology import MORPH_KINDS, morph_kind, parse_morph
 from dpmed.seg.report.labels import clip_label, clip_order, model_label, model_order
@@ -148,11 +148,11 @@ def _cell_means(runs: pd.DataFrame) -> pd.DataFrame:
         runs.groupby(cols, sort=False)
         .agg(
             dice=("dice", "mean"),
-            dice_sd=("dice", "std"),
+            dice_ci=("dice", half_width),
             hd95=("hd95", "mean"),
-            hd95_sd=("hd95", "std"),
+            hd95_ci=("hd95", half_width),
             s_alpha=("s_alpha", "mean"),
-            s_alpha_sd=("s_alpha", "std"),
+            s_alpha_ci=("s_alpha", half_width),
             val_dice=("val_dice", "mean"),
             seconds=("train_seconds", "mean"),
         )
@@ -183,11 +183,7 @@ def clipping_figure(
                 for clip in clips:
                     chosen = pick(mc[mc["clip"] == clip])
                     heights.append(np.nan if chosen is None else chosen[metric])
-                    errs.append(
-                        0.0
-                        if chosen is None or np.isnan(chosen[f"{metric}_sd"])
-                        else chosen[f"{metric}_sd"]
-                    )
+                    errs.append(0.0 if chosen is None else chosen[f"{metric}_ci"])
                     names.append("" if chosen is None or label == "no morph" else chosen["morph"])
                 bars = ax.bar(x + offset, heights, 0.4, yerr=errs, label=label, capsize=2)
                 for bar, name in zip(bars, names, strict=True):
@@ -207,7 +203,8 @@ def clipping_figure(
                 ax.set_title(model_label(model))
     axes[0, 0].legend(fontsize=8)
     fig.suptitle(
-        f"{dataset}: clipping strategies with and without DP-Morph (test set, mean ± sd over seeds)"
+        f"{dataset}: clipping strategies with and without DP-Morph "
+        "(test set, mean ± 95 % t-interval over seeds)"
     )
     save_figure(fig, png_path)
 
