@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CORES  ?= 2
 
-.PHONY: demo test test-slurm install clean-demo slurm-profile
+.PHONY: demo test test-slurm install clean-demo slurm-profile preflight
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -30,6 +30,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# Every distinct cell of the paper grid (or CONFIG=...): real model and input size, sigma for every
+# eps, a few real training steps in a child process each, the SLURM request it must fit, and the
+# projected cost (docs/preflight.md). Not part of `make test`; writes results/preflight/.
+CONFIG ?= config/config.yaml
+preflight: $(STAMP)
+	$(BIN)/python -m dpmed.preflight --config $(CONFIG) --out results/preflight
 
 # One smoke cell of each study through a real one-node SLURM cluster started on this machine
 # (needs root: installs slurmctld, slurmd, slurm-client and munge from Debian if missing).

@@ -49,6 +49,7 @@ include: "rules/data.smk"
 include: "rules/seg.smk"
 include: "rules/fets.smk"
 include: "rules/xcal.smk"
+include: "rules/audit.smk"
 include: "rules/report.smk"
 
 

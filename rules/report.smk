@@ -1,7 +1,8 @@
 """Tables and figures: one rule per entry of every study's report registry (`StudySpec.reports`,
-see dpmed.report.outputs), and the cross-study privacy summary of every DP run. The HTML report
-itself is built by `snakemake --report results/report.html` (same --configfile/--profile as the
-run) from the outputs flagged with `reported(...)`; captions are in workflow/report/."""
+see dpmed.report.outputs), and the cross-study privacy summary of every DP run (with the
+empirical audits at noise scale 1 of rules/audit.smk). The HTML report itself is built by
+`snakemake --report results/report.html` (same --configfile/--profile as the run) from the
+outputs flagged with `reported(...)`; captions are in workflow/report/."""
 
 for _study, _spec in STUDIES.items():
     for _name, _entry in _spec.reports.items():
@@ -35,6 +36,7 @@ for _study, _spec in STUDIES.items():
 rule privacy_summary:
     input:
         privacy=[f"{run}/privacy.json" for run in study_runs()],
+        audits=[f for job, f in zip(AUDITS, AUDIT_FILES) if job.noise_scale == 1],
     output:
         reported("results/tables/privacy_summary", TAB, "privacy_summary", PRIVACY_CAT, "all studies"),
     log:
@@ -47,3 +49,4 @@ rule privacy_summary:
 
 
 REPORT_TARGETS = ["results/tables/privacy_summary.csv"] if study_runs() else []
+REPORT_TARGETS += AUDIT_TARGETS

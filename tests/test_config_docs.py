@@ -4,9 +4,9 @@
   grid block keys, resources.*) appears in config/README.md as `path` in backticks. Grid block
   keys are written `seg.grid[].eps`; a block's `params` (any key of the study defaults) is one
   key, not repeated per default.
-- Every hyperparameter line of the study sections (seg, fets, xcal) of config/config.yaml, i.e.
-  a `key: value` line with a value, names its source in a trailing comment: "paper" (a paper
-  section, table or figure) or "ours" (with the reason).
+- Every hyperparameter line of the study sections (seg, fets, xcal) and of the audit block of
+  config/config.yaml, i.e. a `key: value` line with a value, names its source in a trailing
+  comment: "paper" (a paper section, table or figure) or "ours" (with the reason).
 Each check also runs on a copy with one entry removed, to show it catches the omission.
 """
 
@@ -22,7 +22,7 @@ from conftest import REPO
 SCHEMA = REPO / "config" / "schema.yaml"
 README = REPO / "config" / "README.md"
 CONFIG = REPO / "config" / "config.yaml"
-STUDIES = ("seg", "fets", "xcal")
+STUDIES = ("seg", "fets", "xcal", "audit")  # sections whose lines name their source
 
 TOP_KEY = re.compile(r"^(?P<key>[A-Za-z_]\w*):")
 KEY_LINE = re.compile(r"^\s+(?:- )?[A-Za-z_][\w-]*:(?P<value>[^#]*)(?:#(?P<comment>.*))?$")

@@ -1,7 +1,8 @@
 """One-run privacy audits of real seg and xcal cells (`dpmed.privacy.audit.runs`): the canaries
 enter the runners' own DP steps (empty Poisson batches included); without noise the audit
-separates them perfectly, at the calibrated σ it stays below the claimed ε and at σ/10 it
-exceeds it; input canaries are mislabelled held-out images scored by the final model's loss."""
+separates them perfectly, at the calibrated σ it stays below the claimed ε and at σ/10 (or with
+the NSGD code's noise σ·r/C) it exceeds it; input canaries are mislabelled held-out images
+scored by the final model's loss, members above non-members when the model can memorise."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from dpmed.data.stage import preprocess, synthesize
+from dpmed.privacy.audit import seg as seg_audit
 from dpmed.privacy.audit.dirac import DiracCanaries, flat_parameters
 from dpmed.privacy.audit.runs import (
     AUDIT_FILE,
@@ -29,6 +31,7 @@ from dpmed.privacy.audit.runs import (
     canary_norm,
     main,
 )
+from dpmed.privacy.audit.seg import SegInputCanaries
 from dpmed.privacy.clipping import ClipRule
 from dpmed.privacy.dpsgd import ScaledPrivacyEngine
 from dpmed.runtime import JobContext
@@ -111,6 +114,7 @@ def test_the_seg_runner_injects_at_every_dp_step_empty_batches_included(duke, tm
     once per step, on zero data rows in the empty ones."""
     job = seg_job(duke, tmp_path)
     job.params["batch_size"] = 1
+    job.params["grad_sample_mode"] = "hooks"  # Dirac rows extend Opacus' per-sample gradients
     data = load_seg_data(duke, "duke")
     plan = seg_run.Plan.of(job, data)
     net, _ = seg_run.build_network(job, data, torch.device("cpu"))
@@ -144,11 +148,100 @@ def test_seg_audit_without_noise_separates_the_canaries_and_writes_audit_json(du
 
 @pytest.mark.parametrize(("clip", "scale"), [("flat", 1.0), ("nsgd", 1.0), ("flat", 0.1)])
 def test_seg_audit_is_below_the_claim_at_sigma_and_above_it_at_a_tenth(duke, tmp_path, clip, scale):
-    audit = audit_seg_cell(seg_job(duke, tmp_path, clip), M, 0.95, noise_scale=scale)
+    audit = audit_seg_cell(seg_job(duke, tmp_path, clip), "gradient", M, 0.95, scale)
     if scale == 1.0:
         assert audit.result.eps_lower <= audit.eps_claimed  # measured 0 (flat), 0 (nsgd)
     else:
         assert audit.result.eps_lower > audit.eps_claimed  # measured ≈ 2.38 vs 1
+
+
+def test_the_nsgd_code_noise_is_audited_against_the_claim_of_the_calibrated_sigma(duke, tmp_path):
+    """NSGD's public code adds σ·r/C = σ/10 here (r = 0.1, C = 1): the audit finds the claim
+    violated, as for the σ/10 control; a rule whose code adds σ itself has no such setting."""
+    audit = audit_seg_cell(seg_job(duke, tmp_path, "nsgd"), "paper-noise", M, 0.95)
+    assert audit.guarantee == "paper-approximation" and audit.setting == "paper-noise"
+    assert 0.9 < audit.eps_claimed <= 1.0
+    assert audit.result.eps_lower > audit.eps_claimed  # measured ≈ 2.38, as σ/10
+    with pytest.raises(ValueError, match="no fixed paper-code noise"):
+        audit_seg_cell(seg_job(duke, tmp_path, "flat"), "paper-noise", M)
+
+
+def test_batch_level_adaptive_morph_is_audited_against_the_epsilon_it_would_claim(duke, tmp_path):
+    """The paper's batch-level adaptive DP-Morph runs as it is; its record says
+    paper-approximation and the audit takes the record's ε as the claim."""
+    job = seg_job(duke, tmp_path)
+    job.wildcards["morph"] = "adaptive-v1"
+    audit = audit_seg_cell(job, "gradient", 100, 0.95)
+    assert audit.guarantee == "paper-approximation" and audit.mechanism == "flat/adaptive-v1"
+    assert 0.9 < audit.eps_claimed <= 1.0 and audit.result.canaries == 100
+
+
+def test_seg_input_canaries_are_held_out_images_with_shifted_classes(duke):
+    data = load_seg_data(duke, "duke")
+    canaries = SegInputCanaries.draw(data, 12, torch.Generator().manual_seed(0))
+    held = torch.cat([data.splits[s].images for s in ("val", "test")])
+    own = torch.cat([data.splits[s].masks for s in ("val", "test")])
+    for image, wrong, true in zip(
+        canaries.images, canaries.masks, canaries.true_masks, strict=True
+    ):
+        (rows,) = torch.nonzero((held == image).flatten(1).all(dim=1), as_tuple=True)
+        assert len(rows) >= 1 and any(torch.equal(own[r], true) for r in rows)
+        shift = (wrong - true) % data.n_classes  # one class shift s in 1..K-1 for every pixel
+        assert len(shift.unique()) == 1 and 0 < int(shift[0, 0]) < data.n_classes
+    grown = canaries.add_to(data)
+    keep = torch.from_numpy(canaries.included)
+    train = data.splits["train"]
+    assert torch.equal(
+        grown.splits["train"].images, torch.cat([train.images, canaries.images[keep]])
+    )
+    assert torch.equal(grown.splits["train"].masks, torch.cat([train.masks, canaries.masks[keep]]))
+    assert grown.splits["val"] is data.splits["val"]
+    with pytest.raises(ValueError, match="val \\+ test"):
+        SegInputCanaries.draw(data, 13, torch.Generator())
+
+
+def test_seg_input_scores_are_the_own_mask_loss_minus_the_wrong_mask_loss(duke, tmp_path):
+    data = load_seg_data(duke, "duke")
+    canaries = SegInputCanaries.draw(data, 5, torch.Generator().manual_seed(2))
+    job = seg_job(duke, tmp_path)
+    plan = seg_run.Plan.of(job, data)
+    net, _ = seg_run.build_network(job, data, torch.device("cpu"))
+    scores = canaries.scores(net, plan, torch.device("cpu"))
+    net.eval()
+    with torch.no_grad():
+        for j in range(5):
+            output = net(canaries.images[j : j + 1])  # morph none: the raw output
+            own = seg_run.per_sample_loss(output, canaries.true_masks[j : j + 1])
+            wrong = seg_run.per_sample_loss(output, canaries.masks[j : j + 1])
+            assert scores[j] == pytest.approx(float(own - wrong), rel=1e-4, abs=1e-5)
+
+
+def test_seg_input_canaries_in_the_training_data_score_above_the_others(
+    duke, tmp_path, monkeypatch
+):
+    """σ = 0 and a setup that can memorise (SGD at lr 0.05, C = 10, 20 epochs): the included
+    canaries' mean score is above the excluded ones' and the top score is a member's."""
+    seen, best_audit = {}, seg_audit.best_audit
+
+    def spy(scores, included, *args):
+        seen["scores"], seen["included"] = np.asarray(scores), np.asarray(included)
+        return best_audit(scores, included, *args)
+
+    monkeypatch.setattr(seg_audit, "best_audit", spy)
+    job = seg_job(duke, tmp_path)
+    job.params.update(optimizer="sgd", lr=0.05, clip_norm=10.0, epochs=20, batch_size=4)
+    job = JobContext(duke, tmp_path, job.wildcards, job.params, 1, "cpu", 1)
+    audit = audit_seg_cell(job, "input", 12, 0.95, noise_scale=0.0)
+    scores, included = seen["scores"], seen["included"]
+    assert audit.setting == "input" and audit.canary_norm is None and 0 < included.sum() < 12
+    assert scores[included].mean() > scores[~included].mean() + 0.5  # measured -2.5 vs -3.7
+    assert included[np.argmax(scores)]
+
+
+def test_seg_input_audit_at_the_calibrated_sigma_stays_below_the_claim(duke, tmp_path):
+    audit = audit_cell("seg", seg_job(duke, tmp_path), "input", 12, 0.95)
+    assert audit.result.canaries == 12 and audit.result.eps_lower <= audit.eps_claimed
+    assert audit.guarantee == "dp" and 0.9 < audit.eps_claimed <= 1.0
 
 
 @pytest.mark.parametrize("scale", [0.0, 1.0, 0.1])
@@ -223,8 +316,10 @@ def test_the_command_line_audits_a_config_cell_byte_identically_on_rerun(duke, t
 
 def test_non_private_cells_and_unknown_settings_are_refused(duke, blood, tmp_path):
     with pytest.raises(ValueError, match="not private"):
-        audit_seg_cell(seg_job(duke, tmp_path, "none", "inf"), M)
+        audit_seg_cell(seg_job(duke, tmp_path, "none", "inf"), "gradient", M)
     with pytest.raises(ValueError, match="no audit setting"):
-        audit_cell("seg", seg_job(duke, tmp_path), "input", M)
+        audit_cell("seg", seg_job(duke, tmp_path), "update", M)
+    with pytest.raises(ValueError, match="setting"):
+        audit_seg_cell(seg_job(duke, tmp_path), "membership", M)
     with pytest.raises(ValueError, match="setting"):
         audit_xcal_cell(xcal_job(blood, tmp_path), "membership", M)

@@ -17,10 +17,11 @@ from conftest import REPO
 
 from dpmed import job_cost
 from dpmed.config.checks import check_config, load_configs
+from dpmed.config.grid import wildcards_from_path
 from dpmed.slurm_profile import install, user_profile_dir
 
 PAPER = REPO / "config" / "config.yaml"
-GPU_RULES = {"seg_train", "seg_attack", "fets_train", "xcal_train"}
+GPU_RULES = {"seg_train", "seg_attack", "fets_train", "xcal_train", "privacy_audit"}
 
 
 def user_env(home: Path) -> dict[str, str]:
@@ -55,8 +56,13 @@ def planned_jobs(home: Path, workdir: Path) -> list[dict]:
 
 
 def expected_request(rule: str, wildcards: dict[str, str]) -> job_cost.Request:
+    """The request of a job of `rule`; a privacy audit asks for what its cell's training asks."""
     config = load_configs([PAPER])
     grid = check_config(config, REPO / "config" / "schema.yaml")
+    if rule == "privacy_audit":
+        study = wildcards["study"]
+        rule = f"{study}_train"
+        wildcards = wildcards_from_path(study, f"results/{study}/{wildcards['cell']}")
     hp = grid.params(rule.partition("_")[0], wildcards)
     return job_cost.request(rule, config, wildcards, hp, gpu=True)
 

@@ -236,7 +236,7 @@ def test_calibrated_noise_meets_the_target():
 
 
 def test_auto_mode_per_model():
-    assert resolve_grad_sample_mode("auto", "infnet") in ("hooks", "functorch", "ghost")
+    assert resolve_grad_sample_mode("auto", "infnet") in ("hooks", "functorch", "ghost", "bk")
     assert resolve_grad_sample_mode("ghost", "unet") == "ghost"
     with pytest.raises(ValueError, match="bogus"):
         resolve_grad_sample_mode("bogus", "unet")

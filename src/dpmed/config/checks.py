@@ -19,6 +19,7 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dpmed.config.audit import audit_jobs
 from dpmed.config.grid import Grid
 from dpmed.data.registry import DATASET_REGISTRY
 from dpmed.data.splits import split_counts
@@ -44,6 +45,7 @@ def check_config(config: MutableMapping[str, Any], schema: str | Path) -> Grid:
         _check_dataset(config["data"], dataset)
     for name, spec in STUDIES.items():
         spec.check(config, grid.jobs(name))
+    audit_jobs(config, grid)
     return grid
 
 
@@ -156,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(err, file=sys.stderr)
         return 1
     counts = ", ".join(f"{name} {len(grid.jobs(name))} jobs" for name in STUDIES)
+    counts += f", audit {len(audit_jobs(config, grid))} jobs"
     print(f"{' + '.join(paths)}: ok ({counts})")
     for note in grid.notes():
         print(f"note: {note}")

@@ -23,6 +23,7 @@ resources.json, model.pt (the final global model) and config.json (`dpmed.runtim
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -38,7 +39,7 @@ from dpmed.fets import privacy, selection, timing
 from dpmed.fets.brats import DICE_KEYS, LABEL_VALUES
 from dpmed.fets.collaborator import Collaborator, LocalTraining, load_numpy_state, state_to_numpy
 from dpmed.fets.resources import ResourceMeter, Totals
-from dpmed.fets.server import RoundMechanisms, Server, ServerConfig
+from dpmed.fets.server import Local, RoundMechanisms, Server, ServerConfig
 from dpmed.fets.spec import aggregator_name
 from dpmed.io import write_csv, write_json
 from dpmed.models import build_model, save_model
@@ -239,15 +240,18 @@ def aggregate_round(
     chosen: list[str],
     fl_round: int,
     seed: int,
+    extra: Sequence[Local] = (),
 ) -> tuple[dict[str, np.ndarray], RoundMechanisms | None]:
     """Local training of the `chosen` from the global `state` (each seeded by (seed, round,
-    name)), then the server's aggregate (the local states are freed on return)."""
+    name)), then the server's aggregate (the local states are freed on return). `extra`
+    (privacy audits only, `dpmed.privacy.audit.fets`): further (name, state, weight) triples
+    aggregated after the chosen collaborators', as more collaborators of the round."""
     local = []
     for name in chosen:
         local_seed = stable_seed("fets-local", seed, fl_round, name)
         local_state, weight = federation.collaborators[name].train(state, local_seed)
         local.append((name, local_state, weight))
-    return server.aggregate(state, local, fl_round)
+    return server.aggregate(state, [*local, *extra], fl_round)
 
 
 def write_outputs(

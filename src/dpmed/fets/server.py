@@ -95,6 +95,11 @@ class Server:
         sigma = mechanisms.calibrate(cfg.sound_calibration, delta_f, cfg.epsilon0, cfg.delta0)
         return sigma, delta_f
 
+    def generator(self, fl_round: int) -> np.random.Generator:
+        """The noise generator of round `fl_round` (`noise_generator`; a privacy audit's server
+        overrides it to scale the noise, `dpmed.privacy.audit.fets`)."""
+        return noise_generator(self.cfg.seed, fl_round)
+
     def aggregate(
         self, global_state: Mapping[str, np.ndarray], local: Sequence[Local], fl_round: int
     ) -> tuple[dict[str, np.ndarray], RoundMechanisms | None]:
@@ -103,7 +108,7 @@ class Server:
         cfg = self.cfg
         total = sum(w for _, _, w in local)
         weights = [w / total for _, _, w in local]
-        rng = noise_generator(cfg.seed, fl_round)
+        rng = self.generator(fl_round)
         if DP_MODES[cfg.dpmode].per_tensor:
             return self._per_tensor(global_state, local, weights, rng)
         return self._whole_model(global_state, local, weights, rng)

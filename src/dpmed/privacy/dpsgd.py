@@ -4,13 +4,16 @@ One core, `per_sample_norms` → per-sample factors s_i → `scaled_sum` Σ_i s_
 noise N(0, (σ·C)²) per coordinate → division by the expected batch size q·N, with two fronts:
 
 - Opacus' optimizer (seg): `ScaledPrivacyEngine.make_private_poisson` builds a
-  `ScaledDPOptimizer` (hooks/functorch) or `ScaledGhostModule` (ghost) whose factors are a clip
-  rule's (`dpmed.privacy.clipping`), with a Poisson loader and one accountant step per batch.
+  `ScaledDPOptimizer` (hooks/functorch), a `ScaledGhostModule` (ghost) or a
+  `BookkeepingModule` (bk: one backward pass, `dpmed.privacy.bookkeeping`) whose factors are a
+  clip rule's (`dpmed.privacy.clipping`), with a Poisson loader and one accountant step per
+  batch. Ghost and bk leave Σ_i s_i·g_i in p.grad; Opacus' fast-gradient-clipping optimizer
+  then adds the same noise and divides by the same q·N as the other modes.
   It also records `last_alignment`, the cosine between a = Σ_i s_i·g_i and the mean gradient
   (paper 002 Fig. 7), summed parameter by parameter in float64.
 - a functional step (xcal): `clipped_grad_sum` then `noisy_step` on a `wrap_per_sample`
-  module; its noise std may differ per output channel (AGP), which Opacus' optimizer cannot
-  express, and it draws the noise from the caller's generator.
+  module (hooks, functorch or bk); its noise std may differ per output channel (AGP), which
+  Opacus' optimizer cannot express, and it draws the noise from the caller's generator.
 """
 
 from __future__ import annotations
@@ -29,19 +32,21 @@ from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processe
 from torch import nn
 from torch.utils.data import Dataset
 
+from dpmed.privacy.bookkeeping import BookkeepingModule
 from dpmed.privacy.clipping import ClipRule
 
-GRAD_SAMPLE_MODES = ("hooks", "functorch", "ghost")
-# `auto` per model, from bench/dp_step.py (CPU, batch 8 × 1×64×64, width 16, depth 3; time and
-# peak memory of a DP step over the non-private step, flat/nsgd/autos/psac): hooks is fastest
-# for UNet (≈1.9× vs functorch ≈2.0×, ghost ≈2.6×), LFUNet (≈1.9× vs ≈2.0–2.6×) and Inf-Net
-# (≈1.75× vs ≈2.3–4×); for UNet++ functorch is both faster (≈1.95× vs ≈2.2×) and leaner (≈1.1×
-# vs ≈1.6× memory). Ghost clipping only has true ghost norms for Linear layers: never fastest.
+GRAD_SAMPLE_MODES = ("hooks", "functorch", "ghost", "bk")
+# `auto` per model: a fixed table, not a timing taken at run time, so that one config gives one
+# result on a machine whatever its load. From `bench/dp_step.py --quick` (CPU, 1 thread, batch
+# 8 × 1×64×64, width 16, depth 3; median step over the non-private one, engines interleaved):
+# bk (one-backward book-keeping) 1.22–1.37× for every seg model against 1.86–2.20× for hooks,
+# 2.00–2.76× for functorch and 2.50–2.94× for ghost, and its clipped sum equals the per-sample
+# loop (tests/test_bookkeeping.py). Peak memory: bk below hooks except Inf-Net (≈1.16× hooks).
 AUTO_GRAD_SAMPLE_MODE: dict[str, str] = {
-    "unet": "hooks",
-    "unetpp": "functorch",
-    "lfunet": "hooks",
-    "infnet": "hooks",
+    "unet": "bk",
+    "unetpp": "bk",
+    "lfunet": "bk",
+    "infnet": "bk",
 }
 
 
@@ -184,6 +189,8 @@ class ScaledPrivacyEngine(PrivacyEngine):
         self.rule = rule
 
     def _prepare_model(self, module: nn.Module, *, grad_sample_mode: str = "hooks", **kwargs):
+        if grad_sample_mode == "bk":
+            return BookkeepingModule(module)
         if grad_sample_mode == "ghost":
             self.validate(module=module, optimizer=None, data_loader=None)
             return ScaledGhostModule(
@@ -216,7 +223,7 @@ class ScaledPrivacyEngine(PrivacyEngine):
         )
         if isinstance(optimizer, DPOptimizer):
             optimizer = optimizer.original_optimizer
-        if grad_sample_mode == "ghost":
+        if grad_sample_mode in ("ghost", "bk"):  # both leave the clipped sum in p.grad
             return ScaledGhostOptimizer(optimizer, max_grad_norm=self.rule.clip_norm, **common)
         return ScaledDPOptimizer(optimizer, rule=self.rule, **common)
 
@@ -274,6 +281,8 @@ class DPSGD:
             )
         if self.mode == "ghost":
             self._ghost_backward(loss_per_sample)
+        elif self.mode == "bk":
+            self._bk_backward(loss_per_sample)
         else:
             loss_per_sample.mean().backward()
 
@@ -295,6 +304,17 @@ class DPSGD:
                 sums.add(p.grad, b)
         self.optimizer.last_alignment = step_alignment(factors, sums)
 
+    def _bk_backward(self, loss_per_sample: torch.Tensor) -> None:
+        """One book-keeping pass (`dpmed.privacy.bookkeeping`): p.grad = Σ_i s(n_i)·∇loss_i,
+        and the alignment against Σ_i ∇loss_i (the seg runner records it at every step)."""
+        result = self.module.clipped_sum(loss_per_sample, self.engine.rule.factors, alignment=True)
+        sums = CosineSums()
+        for name, p in self.module.named.items():
+            if p.requires_grad:
+                p.grad = result.sums[name]
+                sums.add(p.grad, result.unclipped[name])
+        self.optimizer.last_alignment = step_alignment(result.factors, sums)
+
     def step_empty(self, inject: Callable[[list[nn.Parameter]], None] | None = None) -> None:
         """An optimizer step for an empty Poisson batch: noise only, still one accounted step.
 
@@ -303,7 +323,7 @@ class DPSGD:
         """
         self.optimizer.last_alignment = None
         for p in self.optimizer.params:
-            if self.mode == "ghost":
+            if self.mode in ("ghost", "bk"):
                 p.grad = torch.zeros_like(p)
             else:
                 p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
@@ -315,15 +335,18 @@ class DPSGD:
 # ------------------------------------------------------------------ functional step (xcal)
 
 
-def wrap_per_sample(model: nn.Module, mode: str) -> GradSampleModule:
-    """Opacus' per-sample-gradient wrapper for a summed loss.
+def wrap_per_sample(model: nn.Module, mode: str) -> GradSampleModule | BookkeepingModule:
+    """The per-sample-gradient wrapper for a summed loss.
 
     Args:
         model: the network.
-        mode: "hooks" (Opacus layer hooks) or "functorch".
+        mode: "hooks" (Opacus layer hooks), "functorch" (Opacus' vmap) or "bk" (one-backward
+            book-keeping, `dpmed.privacy.bookkeeping`).
     """
+    if mode == "bk":
+        return BookkeepingModule(model)
     if mode not in ("hooks", "functorch"):
-        raise ValueError(f"grad-sample mode must be hooks or functorch, got {mode!r}")
+        raise ValueError(f"grad-sample mode must be hooks, functorch or bk, got {mode!r}")
     return GradSampleModule(model, loss_reduction="sum", force_functorch=mode == "functorch")
 
 
@@ -335,7 +358,7 @@ def trainable(module: nn.Module) -> dict[str, nn.Parameter]:
 
 
 def clipped_grad_sum(
-    gsm: GradSampleModule,
+    gsm: GradSampleModule | BookkeepingModule,
     x: torch.Tensor,
     y: torch.Tensor,
     factors: Callable[[torch.Tensor], torch.Tensor],
@@ -351,13 +374,17 @@ def clipped_grad_sum(
         x, y: the batch (B ≥ 0).
         factors: per-sample norms (B,) → scale factors (B,), e.g. a clip rule's `factors` or
             `opacus_clip_factors` with its clip norm.
-        loss: `loss(logits, y, reduction="sum")`, the summed per-sample loss.
+        loss: `loss(logits, y, reduction="sum")`, the summed per-sample loss
+            (`reduction="none"`, the per-sample losses, for a `BookkeepingModule`).
     """
     params = trainable(gsm)
     if x.shape[0] == 0:
         zeros = {name: torch.zeros_like(p) for name, p in params.items()}
         return zeros, torch.zeros(0, device=x.device)
     gsm.train()
+    if isinstance(gsm, BookkeepingModule):
+        result = gsm.clipped_sum(loss(gsm(x), y, reduction="none"), factors)
+        return result.sums, result.norms
     loss(gsm(x), y, reduction="sum").backward()
     samples = {name: p.grad_sample for name, p in params.items()}
     norms = per_sample_norms(list(samples.values()))

@@ -1,22 +1,25 @@
 """The cross-study privacy summary: every DP run of the three studies with its mechanism,
 adjacency, sampling, accountant, ε, δ, guarantee, reasons, what the guarantee covers and the
-dataset's privacy unit, read from the runs' privacy.json."""
+dataset's privacy unit, read from the runs' privacy.json; for a run the empirical privacy audit
+measured as configured (`dpmed.report.privacy_audit.run_audits`), its largest ε lower bound and
+whether it exceeds the claimed ε (`audit_violation`; empty for a run not audited)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from dpmed.config.grid import wildcards_from_path
+from dpmed.report.privacy_audit import run_audits
 from dpmed.studies import STUDIES
 
 SUMMARY_COLUMNS = (
     "study", "run", "mechanism", "adjacency", "sampling", "accountant", "epsilon", "delta",
     "target_epsilon", "noise_multipliers", "sample_rate", "steps", "guarantee", "reasons", "covers",
-    "privacy_unit",
+    "privacy_unit", "audit_eps_lower", "audit_violation",
 )  # fmt: skip
 
 
@@ -25,9 +28,13 @@ def load_records(paths: Iterable[str | Path]) -> list[tuple[Path, dict]]:
     return [(Path(p), json.loads(Path(p).read_text())) for p in paths]
 
 
-def privacy_summary(privacy_paths: Iterable[str | Path]) -> pd.DataFrame:
+def privacy_summary(
+    privacy_paths: Iterable[str | Path], audit_paths: Sequence[str | Path] = ()
+) -> pd.DataFrame:
     """Every DP run (guarantee ≠ none) of any study, sorted by study and run folder; one
-    eps_<accountant> column per accountant any run reports (NaN where a run lacks it)."""
+    eps_<accountant> column per accountant any run reports (NaN where a run lacks it). The
+    audit.json files `audit_paths` (those of the run as configured count, `run_audits`) fill
+    `audit_eps_lower` and `audit_violation` (True / False; both empty for a run without one)."""
     rows = []
     for path, rec in load_records(privacy_paths):
         if rec["guarantee"] == "none":
@@ -56,6 +63,10 @@ def privacy_summary(privacy_paths: Iterable[str | Path]) -> pd.DataFrame:
     if not rows:
         raise ValueError("no DP run among the given privacy.json files")
     frame = pd.DataFrame(rows)
+    audits = run_audits(audit_paths, dict(zip(frame["run"], frame["guarantee"], strict=True)))
+    frame["audit_eps_lower"] = frame["run"].map(audits["audit_eps_lower"]).astype(float)
+    violation = frame["run"].map(audits["audit_violation"]).astype(object)
+    frame["audit_violation"] = violation.where(violation.notna(), "")
     accountants = sorted(c for c in frame.columns if c not in SUMMARY_COLUMNS)
     columns = [*SUMMARY_COLUMNS, *accountants]
     return frame[columns].sort_values(["study", "run"]).reset_index(drop=True)

@@ -240,7 +240,7 @@ def resume(
 @dataclass
 class Setup:
     """The module, optimizer and loader a job steps with: Opacus' wrappers for DP-SGD (`dp`),
-    the plain network otherwise. `inject` (privacy audits only, `dpmed.privacy.audit.runs`)
+    the plain network otherwise. `inject` (privacy audits only, `dpmed.privacy.audit.seg`)
     gets the DP optimizer's parameters after every backward pass, before the step, to add
     per-sample gradient rows."""
 

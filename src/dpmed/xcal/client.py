@@ -37,7 +37,7 @@ class ClientUpdate:
 
 
 class StepAudit(Protocol):
-    """A privacy audit's hook into the client's DP step (`dpmed.privacy.audit.runs`): it may add
+    """A privacy audit's hook into the client's DP step (`dpmed.privacy.audit.xcal`): it may add
     canary terms to the clipped sums and rescale the noise std before the noisy step."""
 
     def adjust(

@@ -1,7 +1,8 @@
 """Empirical privacy audit: a measured ε lower bound from one training run with canaries
 (Steinke, Nasr & Jagielski 2023). `bound` turns guesses into ε; `dirac` holds DP-SGD's
-white-box gradient canaries; `runs` audits a real seg or xcal cell (imported on its own: it
-loads the study runners)."""
+white-box gradient canaries; `seg`, `xcal` and `fets` audit a real cell of their study (imported
+on their own: they load the study runners), `cell` holds what they share and `runs` dispatches
+to them (`audit_cell`, `SETTINGS`) and is the command line."""
 
 from dpmed.privacy.audit.bound import (
     AuditResult,

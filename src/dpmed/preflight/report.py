@@ -1,0 +1,82 @@
+"""The cost table and figure of a preflight (projection rules: `dpmed.preflight.cost`).
+
+Hours are on the device the probes ran on. A CPU→GPU factor needs the same cell measured on
+both, so GPU hours of a CPU-only preflight are written as unknown, never estimated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dpmed.preflight.cells import STUDY_RULES, Cell
+from dpmed.preflight.cost import RULE_COST
+
+NO_GPU = "unknown (no GPU measured)"
+TOTAL = "total"
+
+
+def cost_frame(
+    config: Mapping[str, Any], measured: Sequence[tuple[Cell, Mapping[str, Any]]]
+) -> pd.DataFrame:
+    """One row per probed (cell, rule): its jobs, mean steps and hours per job, total hours;
+    then one total row per (study, rule) and study. Cells whose probe failed are left out of
+    the totals and listed with status error."""
+    rows = []
+    for cell, m in measured:
+        for rule in STUDY_RULES[cell.study]:
+            row = {"study": cell.study, "rule": rule, "cell": cell.name, "jobs": len(cell.jobs),
+                   "device": m.get("device", ""), "status": m.get("status", "error")}  # fmt: skip
+            if m.get("status") == "ok":
+                costs = [RULE_COST[rule](config["data"], j.wc, j.params, m) for j in cell.jobs]
+                hours = sum(seconds for _, seconds in costs) / 3600
+                row |= {"steps_per_job": sum(s for s, _ in costs) / len(costs),
+                        "s_per_step": m["attack_seconds_per_batch" if rule == "seg_attack"
+                                        else "seconds_per_step"],
+                        "hours_per_job": hours / len(costs), "hours": hours}  # fmt: skip
+            rows.append(row)
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    if "hours" not in frame:  # no probe succeeded
+        frame["hours"] = float("nan")
+    ok = frame[frame["status"] == "ok"]
+    totals = [{"study": study, "rule": rule, "cell": TOTAL, "jobs": int(group["jobs"].sum()),
+               "device": ",".join(sorted(set(group["device"]))), "status": "ok",
+               "hours": group["hours"].sum()}
+              for (study, rule), group in ok.groupby(["study", "rule"], sort=False)]  # fmt: skip
+    frame = pd.concat([frame, pd.DataFrame(totals)], ignore_index=True)
+    gpu = frame["device"] == "cuda"
+    frame["gpu_hours"] = frame["hours"].where(gpu).astype(object)
+    frame.loc[~gpu, "gpu_hours"] = NO_GPU
+    frame["cpu_hours"] = frame["hours"].where(~gpu)
+    return frame.drop(columns="hours")
+
+
+def plot_cost(frame: pd.DataFrame, png_path: str | Path) -> None:
+    """Bar chart of the projected total hours per study and rule (log scale), png and pdf."""
+    import matplotlib.pyplot as plt
+
+    from dpmed.report.style import save_figure
+
+    fig, ax = plt.subplots(figsize=(6, 2.8))
+    totals = frame[frame["cell"] == TOTAL] if not frame.empty else frame
+    if totals.empty:
+        ax.text(0.5, 0.5, "no cell measured", ha="center", va="center")
+    else:
+        labels = [f"{s} / {r}" for s, r in zip(totals["study"], totals["rule"], strict=True)]
+        hours = totals["cpu_hours"].fillna(0) + pd.to_numeric(
+            totals["gpu_hours"], errors="coerce"
+        ).fillna(0)
+        ax.barh(labels, hours, color="#4c72b0")
+        ax.set_xscale("log")
+        for y, h in enumerate(hours):
+            ax.text(h, y, f" {h:,.3g} h", va="center", fontsize=8)
+        device = ", ".join(sorted(set(totals["device"])))
+        ax.set_xlabel(f"projected job hours on the probing device ({device})")
+    ax.set_title("Projected cost of the grid (measured s/step × steps per job)", fontsize=9)
+    fig.tight_layout()
+    save_figure(fig, png_path)

@@ -1,0 +1,225 @@
+"""`python -m dpmed.preflight`: probe every distinct cell of a grid and project its cost.
+
+    python -m dpmed.preflight [--config FILE ...] [--sample] [--out results/preflight]
+                              [--steps 3] [--timeout 1800]
+
+`--config` files merge as Snakemake's `--configfile` (default config/config.yaml); `--sample`
+probes only a covering subset (every model, method and ε; `cells.sample_cells`). Writes into
+`--out`: preflight.csv (+ .md, .html), cost.csv (+ .md, .html), cost.png/.pdf, and the probes'
+logs under logs/. Exits 1 when a cell fails: its probe raised or its child died, a σ could not
+be calibrated or gives ε above the target, or its measured peak does not fit the rule's memory
+request with `FIT_MARGIN` (docs/preflight.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from dpmed.config.grid import job_seed
+from dpmed.preflight.calibrate import Calibration, calibrate
+from dpmed.preflight.cells import STUDY_RULES, Cell, distinct_cells, sample_cells
+
+FIT_MARGIN = 1.2  # a peak fits when FIT_MARGIN × peak ≤ the request (20 % headroom)
+DEFAULT_STEPS = 3
+# Rules probed in the same child as training (the seg attack scores the trained network): the
+# child's peak is training's, an upper bound of theirs, so only a fit is conclusive.
+SHARED_PEAK = ("seg_attack",)
+
+
+def probe_device(config: Mapping[str, Any]) -> str:
+    """The device the probes run on: the config's, `auto` resolved on this machine."""
+    import torch
+
+    if config["device"] == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return str(config["device"])
+
+
+def prepare_data(config: Mapping[str, Any], cells: Sequence[Cell], folder: Path) -> dict[str, Path]:
+    """Write the stand-in processed data the probes of `cells` read (fets, xcal); returns the
+    folder of each dataset."""
+    from dpmed.preflight.data import write_fets, write_medmnist
+
+    out: dict[str, Path] = {}
+    for cell in cells:
+        if cell.study == "xcal":
+            dataset = cell.job.wc["dataset"]
+            if dataset not in out:
+                out[dataset] = write_medmnist(config["data"][dataset], dataset,
+                                              folder / dataset, seed=0)  # fmt: skip
+        elif cell.study == "fets" and "fets" not in out:
+            shape = tuple(int(s) for s in config["data"]["fets"]["synthetic"]["shape"])
+            out["fets"] = write_fets(shape, folder / "fets", seed=0)
+    return out
+
+
+def run_child(spec: dict[str, Any], work: Path, timeout: float) -> dict[str, Any]:
+    """Run `spec`'s probe in a child process (its own peak memory); a child that dies, or
+    outlives `timeout` seconds, is an error result."""
+    work.mkdir(parents=True, exist_ok=True)
+    spec_path, result_path = work / "spec.json", work / "result.json"
+    result_path.unlink(missing_ok=True)
+    spec_path.write_text(json.dumps(spec, default=str))
+    command = [sys.executable, "-m", "dpmed.preflight.probe", str(spec_path), str(result_path)]
+    with open(work / "probe.log", "w") as log:
+        try:
+            code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
+                                  timeout=timeout, check=False).returncode  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return {"status": "error", "message": f"probe exceeded {timeout:g} s"}
+    if not result_path.is_file():
+        return {"status": "error", "message": f"probe child exited with code {code} "
+                f"(killed for memory if -9); log: {work / 'probe.log'}"}  # fmt: skip
+    return json.loads(result_path.read_text())
+
+
+def probe_cell(
+    config: Mapping[str, Any], cell: Cell, device: str, data: Mapping[str, Path], work: Path,
+    steps: int, timeout: float,
+) -> dict[str, Any]:  # fmt: skip
+    """The measures of `cell`'s representative job."""
+    job = cell.job
+    dataset = job.wc.get("dataset", "fets")
+    spec = {"study": cell.study, "wildcards": job.wc, "params": dict(job.params),
+            "seed": job_seed(cell.study, job.wc), "device": device, "steps": steps,
+            "config": {"data": config["data"]}, "data_dir": str(data.get(dataset, work)),
+            "work_dir": str(work)}  # fmt: skip
+    start = time.perf_counter()
+    result = run_child(spec, work, timeout)
+    result["wall_seconds"] = time.perf_counter() - start
+    return result
+
+
+def _request(rule: str, config: Mapping[str, Any], job: Any, gpu: bool) -> Any:
+    from dpmed.job_cost import request
+
+    return request(rule, config, job.wc, job.params, gpu=gpu)
+
+
+def cell_rows(
+    config: Mapping[str, Any], cell: Cell, calibrations: Sequence[Calibration],
+    measures: Mapping[str, Any],
+) -> list[dict[str, Any]]:  # fmt: skip
+    """preflight.csv's rows of `cell`: one per rule and ε."""
+    from dpmed.config.wildcards import parse_eps
+    from dpmed.preflight.cost import RULE_COST
+
+    gpu = measures.get("device") == "cuda"
+    ok = measures.get("status") == "ok"
+    rows = []
+    for rule in STUDY_RULES[cell.study]:
+        for cal in calibrations:
+            jobs = [j for j in cell.jobs if parse_eps(j.wc["eps"]) == cal.eps]
+            req = _request(rule, config, jobs[0], gpu)
+            peak = measures.get("peak_rss_mb", math.nan)
+            fits = ok and peak * FIT_MARGIN <= req.mem_mb
+            if gpu and ok:
+                fits = fits and measures.get("peak_cuda_mb", 0) * FIT_MARGIN <= req.gpu_mb
+            minutes = math.nan
+            if ok:
+                cost = RULE_COST[rule]
+                minutes = max(cost(config["data"], j.wc, j.params, measures)[1] for j in jobs) / 60
+            problems = []
+            if not ok:
+                problems.append(measures.get("message", "probe failed"))
+            if cal.ok is False:
+                problems.append(f"calibration: {cal.note}")
+            if rule in SHARED_PEAK and ok and not fits:
+                fits = None  # the probe's peak is training's: not this rule's own
+            if ok and fits is False:
+                problems.append(f"peak {peak:.0f} MB × {FIT_MARGIN} > request {req.mem_mb} MB")
+            rows.append({
+                "cell": cell.name, "study": cell.study, "rule": rule, "eps": cal.eps,
+                "jobs": len(jobs), "status": "error" if problems else "ok",
+                "message": "; ".join(problems), "sigma_min": cal.sigma_min,
+                "sigma_max": cal.sigma_max, "eps_accounted": cal.accounted, "eps_ok": cal.ok,
+                "device": measures.get("device", ""),
+                "s_per_step": measures.get(_step_key(rule), math.nan),
+                "peak_rss_mb": peak, "peak_cuda_mb": measures.get("peak_cuda_mb", math.nan),
+                "parameters": measures.get("parameters", math.nan),
+                "mem_mb": req.mem_mb, "runtime_min": req.runtime, "gpu_mb": req.gpu_mb,
+                "fits_mem": fits, "projected_min": minutes,
+                "fits_time": ok and minutes <= req.runtime,
+            })  # fmt: skip
+    return rows
+
+
+def _step_key(rule: str) -> str:
+    return "attack_seconds_per_batch" if rule == "seg_attack" else "seconds_per_step"
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m dpmed.preflight",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--config",
+        nargs="*",
+        default=[],
+        metavar="FILE",
+        help="config files, merged as --configfile (default config/config.yaml)",
+    )
+    parser.add_argument(
+        "--sample", action="store_true", help="probe a covering sample: every model, method and ε"
+    )
+    parser.add_argument("--out", type=Path, default=Path("results/preflight"))
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=DEFAULT_STEPS,
+        help="timed training steps per probe (the first is not counted)",
+    )
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per probe")
+    return parser.parse_args(argv)  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Probe the grid, write the tables and the figure; 1 when any cell failed."""
+    import pandas as pd
+
+    from dpmed.config.checks import REPO, check_config, load_configs
+    from dpmed.preflight.report import cost_frame, plot_cost
+    from dpmed.report.style import write_table
+
+    args = parse_args(argv)
+    config = load_configs(args.config)
+    grid = check_config(config, REPO / "config" / "schema.yaml")
+    cells = distinct_cells(grid)
+    probed = sample_cells(cells) if args.sample else cells
+    device = probe_device(config)
+    jobs = sum(len(c.jobs) for c in cells)
+    print(f"preflight: {jobs} jobs in {len(cells)} distinct cells; probing {len(probed)} on "
+          f"{device}", flush=True)  # fmt: skip
+    data = prepare_data(config, probed, args.out / "data")
+    rows, measured = [], []
+    for index, cell in enumerate(probed):
+        calibrations = calibrate(config, cell)
+        work = args.out / "logs" / f"{index:03d}"
+        measures = probe_cell(config, cell, device, data, work, args.steps, args.timeout)
+        cell_rows_ = cell_rows(config, cell, calibrations, measures)
+        rows += cell_rows_
+        measured.append((cell, measures))
+        status = "ok" if all(r["status"] == "ok" for r in cell_rows_) else "ERROR"
+        print(f"[{index + 1}/{len(probed)}] {cell.name}: {status} "
+              f"{measures.get('seconds_per_step', math.nan):.3g} s/step, "
+              f"peak {measures.get('peak_rss_mb', math.nan):.0f} MB, "
+              f"{measures['wall_seconds']:.0f} s", flush=True)  # fmt: skip
+    frame = pd.DataFrame(rows)
+    write_table(frame, args.out / "preflight.csv")
+    costs = cost_frame(config, measured)
+    write_table(costs, args.out / "cost.csv")
+    plot_cost(costs, args.out / "cost.png")
+    failed = frame[frame["status"] != "ok"]
+    for _, row in failed.iterrows():
+        print(f"FAILED {row['cell']} {row['rule']} eps={row['eps']:g}: {row['message']}")
+    return 1 if len(failed) else 0

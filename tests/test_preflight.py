@@ -1,0 +1,266 @@
+"""Preflight (`dpmed.preflight`): distinct-cell dedupe, σ for every ε of the paper config,
+a sample probe of every model, method and ε, failure reporting, and the cost arithmetic.
+
+The sample probe runs the paper config with `REDUCED` merged on top: on 2 shared cores and
+24 GB a paper-size sample takes far longer than `make test` allows (a FeTS step at 64³ with
+the 32 M-parameter network alone takes tens of seconds on CPU), so the input sizes, widths,
+MedMNIST counts, batch sizes and ROAD subsample are reduced; every model, clip rule, DP-Morph
+kind, aggregator, DP mode, method and ε of the paper config is still probed. Calibration at
+the paper's own sizes is `test_every_paper_eps_calibrates`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+import yaml
+
+from dpmed.config.checks import REPO, check_config, load_configs
+from dpmed.config.wildcards import parse_eps
+from dpmed.preflight import cost as cost_rules
+from dpmed.preflight.calibrate import calibrate
+from dpmed.preflight.cells import distinct_cells, sample_cells
+from dpmed.preflight.probe import run_probe
+from dpmed.preflight.report import NO_GPU, cost_frame
+from dpmed.preflight.run import main
+from dpmed.privacy import accounting
+
+SCHEMA = REPO / "config" / "schema.yaml"
+PAPER = REPO / "config" / "config.yaml"
+REDUCED = {
+    "device": "cpu",
+    "data": {
+        "fets": {"synthetic": {"shape": [32, 32, 24]}},
+        "duke": {"size": [32, 32]},
+        "umn": {"size": [32, 32]},
+        "covidct": {"size": [32, 32]},
+        **{
+            d: {"size": 28, "synthetic": {"counts": [160, 20, 40]}}
+            for d in ("bloodmnist", "pneumoniamnist", "dermamnist")
+        },
+    },  # fmt: skip
+    "seg": {"defaults": {"width": 4, "depth": 3, "batch_size": 4}},
+    "fets": {"defaults": {"base_filters": 4, "depth": 2, "patch_size": [16, 16, 16]}},
+    "xcal": {
+        "defaults": {
+            "width_scale": 0.25,
+            "batch_size": 8,
+            "road_subsample": 8,
+            "road_percentages": [0.5],
+        }
+    },  # fmt: skip
+}
+
+
+def _grid(config):
+    return check_config(config, SCHEMA)
+
+
+def _small_config():
+    """Paper defaults with a hand-sized seg grid: 2 models × (none, flat) × 2 morphs × 2 ε
+    × 2 seeds, plus a lr sweep block."""
+    config = load_configs([PAPER])
+    del config["audit"]  # its cells name jobs of the paper grid
+    config["seg"]["grid"] = [
+        {"datasets": ["duke"], "models": ["unet", "unetpp"], "clips": ["none", "flat"],
+         "morphs": ["none", "open-k3", "open-k5"], "eps": [200, 50, "inf"], "seeds": [0, 1]},
+    ]  # fmt: skip
+    return config
+
+
+def test_dedupe_matches_hand_enumeration():
+    grid = _grid(_small_config())
+    seg = [c for c in distinct_cells(grid, ["seg"])]
+    # By hand: the jobs are (model, clip, morph, eps, seed) minus clip none at finite ε and
+    # flat at ε inf: 2 models × (none: 3 morphs × 1 ε + flat: 3 morphs × 2 ε) × 2 seeds = 36.
+    # Cells drop seed and ε, and open-k3/open-k5 are one morph kind (fixed): per model
+    # (none, none), (none, fixed), (flat, none), (flat, fixed) → 8 cells.
+    assert sum(len(c.jobs) for c in seg) == len(grid.jobs("seg")) == 36
+    keys = {(c.job.wc["model"], c.job.wc["clip"], c.job.wc["morph"] != "none") for c in seg}
+    expected = {(m, c, f) for m in ("unet", "unetpp") for c in ("none", "flat") for f in (0, 1)}
+    assert len(seg) == 8 and keys == expected
+    flat_fixed = next(c for c in seg if c.job.wc["clip"] == "flat" and c.job.wc["morph"] != "none"
+                      and c.job.wc["model"] == "unet")  # fmt: skip
+    assert flat_fixed.eps == [50.0, 200.0] and len(flat_fixed.jobs) == 2 * 2 * 2
+    # every job in exactly one cell
+    ids = [id(j) for c in seg for j in c.jobs]
+    assert len(ids) == len(set(ids))
+
+
+def test_sample_covers_every_model_method_and_eps():
+    grid = _grid(load_configs([PAPER]))
+    cells = distinct_cells(grid)
+    sample = sample_cells(cells)
+    assert len(sample) < len(cells)
+    for study, axes in {"seg": ("model", "clip"), "xcal": ("model", "method"),
+                        "fets": ("aggregator", "dpmode")}.items():  # fmt: skip
+        jobs = grid.jobs(study)
+        covered = [j for c in sample if c.study == study for j in c.jobs]
+        for axis in axes:
+            names = {j.wc[axis] for j in jobs}
+            if axis == "aggregator":
+                names = {n.split("-rho")[0] for n in names}
+                assert names <= {j.wc[axis].split("-rho")[0] for j in covered}
+            else:
+                assert names <= {j.wc[axis] for j in covered}, (study, axis)
+        assert {j.wc["eps"] for j in jobs} <= {j.wc["eps"] for j in covered}, study
+
+
+def test_every_paper_eps_calibrates():
+    """Every ε of config/config.yaml, for every cell of every study, gets a σ whose accounted
+    ε is within the target; seg is re-checked here with the accountant directly."""
+    config = load_configs([PAPER])
+    grid = _grid(config)
+    seen = {study: set() for study in ("seg", "fets", "xcal")}
+    for cell in distinct_cells(grid):
+        for cal in calibrate(config, cell):
+            seen[cell.study].add(cal.eps)
+            if math.isinf(cal.eps):
+                continue
+            assert cal.ok is not False, (cell.name, cal)
+            if cell.study == "seg":
+                # independent check: q, steps from the note, ε of σ·(1 − 1e-3) exceeds target
+                q = float(cal.note.split("q=")[1].split(",")[0])
+                steps = int(cal.note.split("steps=")[1].split(",")[0])
+                looser = accounting.epsilon([(cal.sigma_min * 0.999, q, steps)], 1e-5)
+                assert cal.accounted <= cal.eps < looser
+    for study in seen:
+        wanted = {parse_eps(j.wc["eps"]) for j in grid.jobs(study)}
+        assert seen[study] == wanted
+
+
+def test_cost_arithmetic_by_hand():
+    config = load_configs([PAPER])
+    data = config["data"]
+    m = {"seconds_per_step": 2.0, "eval_seconds_per_batch": 0.5, "attack_seconds_per_batch": 0.25,
+         "attack_batch": 8, "round_overhead_seconds": 1.0, "eval_seconds": 3.0,
+         "road_seconds": 7.0, "aggregate_seconds": 4.0, "val_seconds_per_volume": 10.0}  # fmt: skip
+    hp = {"batch_size": 8, "epochs": 50}
+    # Duke: 10 subjects split 6/2/2, 11 images each → 66/22/22 images; q = 8/66, ⌊1/q⌋ = 8.
+    wc = {"dataset": "duke", "clip": "flat", "eps": "200"}
+    steps, seconds = cost_rules.seg_train_seconds(data, wc, hp, m)
+    assert steps == 50 * 8
+    assert seconds == pytest.approx(400 * 2.0 + (51 * 3 + 3) * 0.5)
+    # non-private: ⌈66/8⌉ = 9 batches per epoch
+    assert cost_rules.seg_train_seconds(data, wc | {"clip": "none", "eps": "inf"}, hp, m)[0] == 450
+    # attack: 2·min(66, 44) = 88 images in batches of 8 → 11 batches
+    assert cost_rules.seg_attack_seconds(data, wc, hp, m) == (11, pytest.approx(11 * 0.25))
+    # xcal: bloodmnist 11959 train images, 10 clients, batch 64 → ⌈1195.9/64⌉ = 19 steps
+    xhp = {"rounds": 30, "clients_per_round": 10, "local_epochs": 1, "batch_size": 64,
+           "road_every": 5}  # fmt: skip
+    steps, seconds = cost_rules.xcal_train_seconds(
+        data, {"dataset": "bloodmnist", "clients": "10"}, xhp, m
+    )
+    assert steps == 30 * 10 * 19
+    assert seconds == pytest.approx(5700 * 2.0 + 30 * (10 * 1.0 + 3.0) + 6 * 7.0)
+    # fets: 33 partitions of the real sizes (1251 subjects), val = max(1, round(0.2 n))
+    train, val = cost_rules.fets_partitions(data)
+    assert sum(train) + sum(val) == 1251 and len(val) == 33
+    assert val[0] == 34 and val[3] == 1  # 170 → 34; 6 → 1
+    fhp = {"rounds": 20, "participation": 0.2, "local_epochs": 1, "patches_per_subject": 1,
+           "batch_size": 1}  # fmt: skip
+    steps, seconds = cost_rules.fets_train_seconds(data, {}, fhp, m)
+    per = math.ceil(sum(train) / 33)
+    assert steps == 20 * 6 * per
+    assert seconds == pytest.approx(steps * 2.0 + 20 * 4.0 + 21 * sum(val) * 10.0)
+
+
+def test_cost_frame_totals_and_unknown_gpu():
+    config = _small_config()
+    cells = distinct_cells(_grid(config), ["seg"])[:2]
+    m = {"status": "ok", "device": "cpu", "seconds_per_step": 1.0, "eval_seconds_per_batch": 0.0,
+         "attack_seconds_per_batch": 0.0, "attack_batch": 8}  # fmt: skip
+    frame = cost_frame(config, [(cells[0], m), (cells[1], {"status": "error", "device": "cpu"})])
+    train = frame[(frame["rule"] == "seg_train")]
+    total = train[train["cell"] == "total"].iloc[0]
+    first = train[train["cell"] == cells[0].name].iloc[0]
+    # cell 0 (non-private, no morph): 50 epochs × ⌈66/8⌉ steps × 1 s per job
+    assert first["steps_per_job"] == 450
+    assert first["cpu_hours"] == pytest.approx(len(cells[0].jobs) * 450 / 3600)
+    assert total["cpu_hours"] == pytest.approx(first["cpu_hours"])  # the failed cell is left out
+    assert (frame["gpu_hours"] == NO_GPU).all()
+
+
+def _write(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(content))
+    return str(path)
+
+
+@pytest.mark.slow
+def test_sample_preflight_runs_every_model_method_and_eps(tmp_path):
+    out = tmp_path / "out"
+    code = main(["--config", str(PAPER), _write(tmp_path, "reduced.yaml", REDUCED),
+                 "--sample", "--steps", "2", "--out", str(out)])  # fmt: skip
+    table = pd.read_csv(out / "preflight.csv")
+    assert code == 0, table[table["status"] != "ok"][["cell", "message"]].to_string()
+    assert (table["status"] == "ok").all() and (table["s_per_step"] > 0).all()
+    assert (table["peak_rss_mb"] > 100).all() and (table["parameters"] > 0).all()
+    private = table[table["eps"] != math.inf]
+    assert private["eps_ok"].isin([True, "True"]).sum() > 0
+    costs = pd.read_csv(out / "cost.csv")
+    assert set(costs.loc[costs["cell"] == "total", "study"]) == {"seg", "fets", "xcal"}
+    assert (out / "cost.png").is_file() and (out / "cost.pdf").is_file()
+    assert (out / "cost.md").is_file() and (out / "preflight.html").is_file()
+
+
+def test_failing_cell_is_an_error_and_exits_nonzero(tmp_path):
+    """A probe that does not finish (here: a 1 s limit) makes every row of its cell status
+    error with the reason, and the command exits 1."""
+    config = {
+        "device": "cpu",
+        "audit": {"cells": []},
+        "seg": {"grid": [{"datasets": ["duke"], "models": ["unet"], "clips": ["none"],
+                          "morphs": ["none"], "eps": ["inf"], "seeds": [0]}]},
+        "fets": {"grid": [{"aggregators": ["fedavg"], "dpmodes": ["none"], "eps": ["inf"],
+                           "seeds": [0]}]},
+        "xcal": {"grid": [{"datasets": ["pneumoniamnist"], "models": ["resnet18"],
+                           "methods": ["nondp"], "shifts": ["iid"], "clients": [3],
+                           "eps": ["inf"], "seeds": [0]}]},
+        "data": {"fets": {"synthetic": {"shape": [16, 16, 8]}},
+                 "pneumoniamnist": {"size": 28, "synthetic": {"counts": [60, 10, 20]}}},
+    }  # fmt: skip
+    out = tmp_path / "out"
+    code = main(["--config", str(PAPER), _write(tmp_path, "one.yaml", config),
+                 "--timeout", "1", "--out", str(out)])  # fmt: skip
+    table = pd.read_csv(out / "preflight.csv")
+    assert code == 1
+    assert set(table["study"]) == {"seg", "fets", "xcal"}
+    assert (table["status"] == "error").all()
+    assert table["message"].str.contains("exceeded 1 s").all()
+
+
+def test_probe_exception_is_reported_not_raised(tmp_path):
+    """A probe that raises returns status error with the exception, and its peak memory."""
+    spec = {"study": "seg", "wildcards": {"dataset": "duke"}, "params": {}, "seed": 0,
+            "device": "cpu", "steps": 2, "config": {"data": {}}, "data_dir": str(tmp_path),
+            "work_dir": str(tmp_path)}  # fmt: skip
+    result = run_probe(spec)
+    assert result["status"] == "error"
+    assert result["message"].startswith("KeyError") and result["peak_rss_mb"] > 0
+
+
+def test_peak_over_the_request_fails_training_but_not_the_shared_attack_peak():
+    """A training peak above its request (with the 1.2 margin) is an error; the seg attack,
+    probed in the same child, is only marked unknown by training's peak."""
+    from dpmed.job_cost import request
+    from dpmed.preflight.calibrate import Calibration
+    from dpmed.preflight.run import FIT_MARGIN, cell_rows
+
+    config = _small_config()
+    cell = distinct_cells(_grid(config), ["seg"])[0]
+    job = cell.jobs[0]
+    train_mb = request("seg_train", config, job.wc, job.params).mem_mb
+    attack_mb = request("seg_attack", config, job.wc, job.params).mem_mb
+    m = {"status": "ok", "device": "cpu", "seconds_per_step": 1.0, "eval_seconds_per_batch": 0.0,
+         "attack_seconds_per_batch": 0.0, "attack_batch": 8, "parameters": 1}  # fmt: skip
+    cal = [Calibration(math.inf, None, None, None, None)]
+    over = max(train_mb, attack_mb) / FIT_MARGIN + 1
+    rows = {r["rule"]: r for r in cell_rows(config, cell, cal, m | {"peak_rss_mb": over})}
+    assert rows["seg_train"]["status"] == "error" and "request" in rows["seg_train"]["message"]
+    assert rows["seg_attack"]["status"] == "ok" and rows["seg_attack"]["fits_mem"] is None
+    under = min(train_mb, attack_mb) / FIT_MARGIN - 1
+    rows = {r["rule"]: r for r in cell_rows(config, cell, cal, m | {"peak_rss_mb": under})}
+    assert all(r["status"] == "ok" and r["fits_mem"] is True for r in rows.values())
