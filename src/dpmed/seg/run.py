@@ -44,6 +44,7 @@ from dpmed.models import build_model, model_arguments, save_model
 from dpmed.privacy import accounting
 from dpmed.privacy.clipping import ClipRule
 from dpmed.privacy.dpsgd import DPSGD, ScaledPrivacyEngine, resolve_grad_sample_mode
+from dpmed.privacy.record import PrivacyRecord
 from dpmed.runtime import JobContext, Progress
 from dpmed.seg.alignment import AlignmentLog
 from dpmed.seg.data import SegData, load_seg_data
@@ -384,6 +385,31 @@ def final_metrics(
     return _finite(metrics)
 
 
+def privacy_record(
+    plan: Plan,
+    setup: Setup,
+    state: TrainState,
+    history: list[tuple[float, float, int]],
+    n_train: int,
+) -> PrivacyRecord:
+    """The run's privacy record from its plan, setup and training state; `history` holds the
+    accountant's (σ, q, steps) entries to account (the privacy audit passes the calibrated σ
+    where the noise it added was scaled)."""
+    return seg_privacy_record(
+        plan.private,
+        plan.params,
+        plan.rule,
+        plan.morph,
+        plan.q,
+        setup.sigma,
+        plan.target_eps,
+        state.empty_batches,
+        plan.mode,
+        history,
+        n_train,
+    )
+
+
 def write_outputs(
     job: JobContext,
     plan: Plan,
@@ -400,19 +426,9 @@ def write_outputs(
     write_csv(out / HISTORY, history)
     write_csv(out / MORPH_LOG, pd.DataFrame(state.morph_log.rows, columns=MORPH_COLUMNS))
     write_csv(out / ALIGNMENT, state.alignment.frame())
-    seg_privacy_record(
-        plan.private,
-        plan.params,
-        plan.rule,
-        plan.morph,
-        plan.q,
-        setup.sigma,
-        plan.target_eps,
-        state.empty_batches,
-        plan.mode,
-        setup.accountant_history(),
-        metrics["n_train"],
-    ).write(out / "privacy.json", job.wildcards["dataset"])
+    privacy_record(plan, setup, state, setup.accountant_history(), metrics["n_train"]).write(
+        out / "privacy.json", job.wildcards["dataset"]
+    )
     # The backbone file only initialises training; the saved weights replace it.
     saved_arguments = {k: v for k, v in arguments.items() if k != "backbone_weights"}
     save_model(out / "model.pt", job.wildcards["model"], saved_arguments, net)

@@ -30,7 +30,7 @@ import torch
 from dpmed.fets.server import Local, Server, ServerConfig
 from dpmed.privacy.audit.bound import best_audit
 from dpmed.privacy.audit.cell import CellAudit, audit_generator
-from dpmed.privacy.audit.settings import FETS_SETTINGS
+from dpmed.privacy.audit.settings import require_setting
 from dpmed.runtime import JobContext
 
 
@@ -119,8 +119,7 @@ def audit_fets_cell(
     from dpmed.fets.aggregation import DP_MODES, flatten_state
     from dpmed.fets.collaborator import state_to_numpy
 
-    if setting not in FETS_SETTINGS:
-        raise ValueError(f"fets audit setting must be one of {FETS_SETTINGS}, got {setting!r}")
+    require_setting("fets", setting)
     device = job.start()
     cfg = fets_run.server_config(job)
     if not DP_MODES[cfg.dpmode].private:

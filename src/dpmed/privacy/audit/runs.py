@@ -29,7 +29,7 @@ from dpmed.io import write_json
 from dpmed.privacy.audit.cell import AUDIT_FILE, CellAudit, canary_norm
 from dpmed.privacy.audit.fets import audit_fets_cell
 from dpmed.privacy.audit.seg import audit_seg_cell
-from dpmed.privacy.audit.settings import SETTINGS
+from dpmed.privacy.audit.settings import SETTINGS, require_setting
 from dpmed.privacy.audit.xcal import InputCanaries, audit_xcal_cell
 from dpmed.runtime import JobContext
 
@@ -59,8 +59,7 @@ def audit_cell(
 ) -> CellAudit:
     """Audit one cell of `study` (`seg`, `xcal` or `fets`) in `setting` and write `audit.json`
     into the job's folder; returns the audit."""
-    if setting not in SETTINGS.get(study, ()):
-        raise ValueError(f"no audit setting {setting!r} for study {study!r} ({SETTINGS})")
+    require_setting(study, setting)
     audit = _AUDITS[study](job, setting, canaries, confidence, noise_scale)
     write_json(Path(job.out_dir) / AUDIT_FILE, audit.record())
     return audit

@@ -33,7 +33,7 @@ import torch
 from dpmed.privacy.audit.bound import best_audit
 from dpmed.privacy.audit.cell import CellAudit, audit_generator, canary_norm
 from dpmed.privacy.audit.dirac import DiracCanaries
-from dpmed.privacy.audit.settings import SEG_SETTINGS
+from dpmed.privacy.audit.settings import require_setting
 from dpmed.runtime import JobContext
 
 if TYPE_CHECKING:
@@ -130,10 +130,8 @@ def audit_seg_cell(
     """Train the private seg cell of `job` with `canaries` canaries of `setting` and audit it."""
     from dpmed.seg import run as seg_run
     from dpmed.seg.data import load_seg_data
-    from dpmed.seg.privacy import seg_privacy_record
 
-    if setting not in SEG_SETTINGS:
-        raise ValueError(f"seg audit setting must be one of {SEG_SETTINGS}, got {setting!r}")
+    require_setting("seg", setting)
     device = job.start()
     data = load_seg_data(job.processed_dir, job.wildcards["dataset"])
     inputs = None
@@ -169,19 +167,7 @@ def audit_seg_cell(
         seg_run.train_epoch(setup, plan, state, epoch, device)
     # the accountant recorded the σ actually used; the claim is that of the calibrated σ
     history = [(setup.sigma, q, n) for _, q, n in setup.accountant_history()]
-    record = seg_privacy_record(
-        True,
-        plan.params,
-        plan.rule,
-        plan.morph,
-        plan.q,
-        setup.sigma,
-        plan.target_eps,
-        state.empty_batches,
-        plan.mode,
-        history,
-        len(data.splits["train"]),
-    )
+    record = seg_run.privacy_record(plan, setup, state, history, len(data.splits["train"]))
     if dirac is not None:
         scores, included = dirac.scores(before, params), dirac.included.numpy()
     else:

@@ -1,7 +1,15 @@
-"""The audit settings each study's runner offers, in a module without torch: the config check
-reads them when the workflow is parsed, the runners (`seg`, `xcal`, `fets`) when they run."""
+"""The audit settings each study's runner offers (`seg`, `xcal`, `fets`), in a module without
+torch: the config check reads them when the workflow is parsed, `runs.audit_cell` refuses any
+other before it dispatches."""
 
-SEG_SETTINGS = ("gradient", "input", "paper-noise")
-XCAL_SETTINGS = ("gradient", "input")
-FETS_SETTINGS = ("update",)
-SETTINGS = {"seg": SEG_SETTINGS, "xcal": XCAL_SETTINGS, "fets": FETS_SETTINGS}
+SETTINGS = {
+    "seg": ("gradient", "input", "paper-noise"),
+    "xcal": ("gradient", "input"),
+    "fets": ("update",),
+}
+
+
+def require_setting(study: str, setting: str) -> None:
+    """Raise ValueError unless `study` has an audit offering `setting`."""
+    if setting not in SETTINGS.get(study, ()):
+        raise ValueError(f"no audit setting {setting!r} for study {study!r} ({SETTINGS})")

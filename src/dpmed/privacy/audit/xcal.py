@@ -21,7 +21,7 @@ from torch import nn
 from dpmed.privacy.audit.bound import best_audit
 from dpmed.privacy.audit.cell import CellAudit, audit_generator, canary_norm
 from dpmed.privacy.audit.dirac import DiracCanaries
-from dpmed.privacy.audit.settings import XCAL_SETTINGS
+from dpmed.privacy.audit.settings import require_setting
 from dpmed.privacy.dpsgd import opacus_clip_factors, trainable
 from dpmed.runtime import JobContext
 
@@ -149,8 +149,7 @@ def audit_xcal_cell(
     from dpmed.xcal import run as xcal_run
     from dpmed.xcal.privacy import privacy_record
 
-    if setting not in XCAL_SETTINGS:
-        raise ValueError(f"xcal audit setting must be one of {XCAL_SETTINGS}, got {setting!r}")
+    require_setting("xcal", setting)
     device = job.start()
     inputs, parts = None, None
     if setting == "input":
