@@ -5,7 +5,9 @@ CPU, against one in-memory pass over the same tensors.
 
 "one pass" = reading every local tensor of the round once (a sum over each), the floor any
 aggregator that looks at all tensors must pay; "noise draw" = drawing the d Gaussian values one
-DP round adds, the floor of any DP aggregator. Each aggregator runs through `Server.aggregate`,
+DP round adds with the server's noise generator (`dpmed.privacy.normals`), the floor of any DP
+aggregator on top of its passes; "numpy normals" = the same draw with numpy's float32 ziggurat,
+for comparison. Each aggregator runs through `Server.aggregate`,
 the code path of the simulation (weights normalised, noise drawn, state rebuilt).
 """
 
@@ -18,9 +20,9 @@ import time
 import numpy as np
 import torch
 
-from dpmed.fets.aggregation import AGGREGATORS, DP_MODES, gaussian_noise
+from dpmed.fets.aggregation import AGGREGATORS, DP_MODES
 from dpmed.fets.collaborator import state_to_numpy
-from dpmed.fets.server import Server, ServerConfig
+from dpmed.fets.server import Server, ServerConfig, noise_generator
 from dpmed.models import build_model
 from dpmed.models.resunet3d import count_parameters
 
@@ -68,9 +70,11 @@ def main() -> None:
     )
     print(f"{'aggregator':<24}{'s/round':>10}{'x one pass':>12}")
     print(f"{'one pass (read all)':<24}{base:>10.3f}{1.0:>12.2f}")
-    noise = _time(lambda: gaussian_noise((n_params,), 1.0, np.random.default_rng(0), np.float32),
-                  args.repeats)  # fmt: skip
-    print(f"{'noise draw (d normals)':<24}{noise:>10.3f}{noise / base:>12.2f}")
+    source, numpy_rng = noise_generator(0), np.random.default_rng(0)
+    for label, rng in (("noise draw (d normals)", source), ("numpy normals", numpy_rng)):
+        noise = _time(lambda rng=rng: rng.standard_normal(n_params, dtype=np.float32),
+                      args.repeats)  # fmt: skip
+        print(f"{label:<24}{noise:>10.3f}{noise / base:>12.2f}")
     for aggregator, mode, eps in SETTINGS:
         server = Server(ServerConfig(aggregator, mode, eps, 1e-5, 100.0, "l2", "analytic", 0))
         seconds = _time(lambda server=server: server.aggregate(glob, local, 1), args.repeats)

@@ -26,6 +26,7 @@ from dpmed.fets.openfl_adapter import (
 from dpmed.fets.privacy import round_columns
 from dpmed.fets.server import Server, ServerConfig
 from dpmed.privacy.mechanisms import NOISE_SEEDED
+from dpmed.privacy.normals import NormalSource
 from dpmed.seeding import stable_seed
 
 UUID = "aggregator_fets_1a2b3c4d"
@@ -84,7 +85,7 @@ def test_paper_adapter_is_algorithm_1_per_tensor(caplog):
     with caplog.at_level(logging.INFO, logger="dpmed.fets.openfl_adapter"):
         for n in names:
             got = fn(_local_tensors(n, local, weights), db, n, 3, None, None)
-            rng = np.random.default_rng(stable_seed("fets-noise", 4, 3, n))
+            rng = NormalSource(stable_seed("fets-noise", 4, 3, n, bits=64))
             tensors, w = [local[c][n] for c in weights], list(weights.values())
             want, info = agg.dp_simagg_paper_tensor(tensors, w, n, 100.0, 10.0, 1e-5, rng)
             infos.append(info)

@@ -11,16 +11,31 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from dpmed.fets import aggregation as agg
+from dpmed.fets.round_tensors import RoundTensors, TensorGroup
 from dpmed.fets.server import Server, ServerConfig
 from dpmed.privacy.mechanisms import analytic_sigma
 
 
-def test_l2_clip_follows_algorithm_3():
-    v = np.array([[3.0, 4.0]])  # norm 5
-    assert np.allclose(agg.l2_clip(v, 2.5), [[1.5, 2.0]])
-    assert np.array_equal(agg.l2_clip(v, 5.0), v)
-    scalar = np.asarray(1e6)
-    assert agg.l2_clip(scalar, 1.0) == 1e6  # scalars are not clipped
+def test_clip_factors_follow_algorithm_3():
+    rows = np.array([[3.0, 4.0], [0.3, 0.4]])  # norms 5 and 0.5
+    factors, norms = agg.clip_factors(TensorGroup.of(list(rows)).gram(), 2.5)
+    assert np.allclose(norms, [5.0, 0.5]) and np.allclose(factors, [0.5, 1.0])
+
+
+def test_paper_mode_leaves_scalars_unclipped():
+    t = [np.asarray(1e6), np.asarray(3e6)]
+    out, info = agg.dp_simagg_paper_tensor(t, [0.5, 0.5], "scale.weight", 1.0, 1.0, 1e-5,
+                                           _Zero())  # fmt: skip
+    d = np.array([1e6, 1e6])  # both at distance 1e6 from the mean 2e6: equal α
+    assert d.sum() / (1e-8 + d[0]) > 0 and out == pytest.approx(2e6)
+    assert info.delta_f == pytest.approx(0.5 * (1e6 - 1.0))
+
+
+class _Zero:
+    """A noise generator drawing zeros (the aggregate without noise)."""
+
+    def standard_normal(self, size, dtype=np.float64):
+        return np.zeros(size, dtype=dtype)
 
 
 def test_paper_mode_equals_hand_computation_of_algorithm_1():
@@ -99,11 +114,11 @@ def test_sound_mode_sensitivity_is_at_most_2c(updates, replacement, k, c, sizes)
     neighbour[k] = _ball(replacement, c)  # any vector of the C-ball replaces collaborator k
     w = np.array(sizes) / sum(sizes)
     rng = np.random.default_rng(0)
-    a, _ = agg.dp_simagg_sound(updates, w, c, 0.0, rng)
-    b, _ = agg.dp_simagg_sound(neighbour, w, c, 0.0, rng)
-    assert np.linalg.norm(a - b) <= 2 * c * (1 + 1e-9)
-    fa = agg.dp_fedavg(updates, c, 0.0, rng)
-    fb = agg.dp_fedavg(neighbour, c, 0.0, rng)
+    a, _ = agg.dp_simagg_sound(RoundTensors.rows(updates), w, c, 0.0, rng)
+    b, _ = agg.dp_simagg_sound(RoundTensors.rows(neighbour), w, c, 0.0, rng)
+    assert np.linalg.norm(a[""] - b[""]) <= 2 * c * (1 + 1e-9)
+    fa = agg.dp_fedavg(RoundTensors.rows(updates), c, 0.0, rng)[""]
+    fb = agg.dp_fedavg(RoundTensors.rows(neighbour), c, 0.0, rng)[""]
     delta_f = agg.aggregator_mode("dp_fedavg", "sound").sensitivity(c, 4)
     assert np.linalg.norm(fa - fb) <= delta_f * (1 + 1e-9)
 
@@ -117,30 +132,32 @@ def test_sound_mode_noise_std_matches_calibration():
     new, mech = server.aggregate(base, local, fl_round=1)
     sigma = analytic_sigma(2 * 0.5, 2.0, 1e-5)
     assert mech.sigma == pytest.approx(sigma) and mech.delta_f == 1.0 and mech.mechanisms == 1
-    updates = np.stack([s["w.weight"] for _, s, _ in local])
-    clean, _ = agg.dp_simagg_sound(updates, [1 / 3] * 3, 0.5, 0.0, np.random.default_rng(0))
-    noise = new["w.weight"] - clean
+    updates = RoundTensors.rows(np.stack([s["w.weight"] for _, s, _ in local]))
+    clean, _ = agg.dp_simagg_sound(updates, [1 / 3] * 3, 0.5, 0.0, _Zero())
+    noise = new["w.weight"] - clean[""]
     assert abs(noise.mean()) < 5 * sigma / math.sqrt(d)
     assert noise.std() == pytest.approx(sigma, rel=0.01)
 
 
 def test_joint_clipping_acts_on_the_whole_update():
-    updates = np.array([[3.0, 4.0, 0.0, 12.0]])  # norm 13 over the whole model
-    clipped, norms = agg.clip_rows(updates, 6.5)
-    assert norms[0] == pytest.approx(13.0)
-    assert np.allclose(clipped, updates / 2)
+    """One collaborator, update (3, 4 | 0, 12) over two tensors: norm 13 over the whole model,
+    clipped to 6.5 it is halved in both tensors."""
+    glob = {"a.weight": np.zeros(2), "b.weight": np.ones(2)}
+    local = {"a.weight": np.array([3.0, 4.0]), "b.weight": np.array([1.0, 13.0])}
+    new = agg.dp_fedavg(RoundTensors.updates(glob, [local]), 6.5, 0.0, _Zero())
+    assert np.allclose(new["a.weight"], [1.5, 2.0]) and np.allclose(new["b.weight"], [1.0, 7.0])
 
 
-def test_flatten_roundtrip_and_non_float_refused():
+def test_flatten_and_non_float_refused():
     state = {
         "a.weight": np.arange(6, dtype=np.float32).reshape(2, 3),
         "b.bias": np.ones(2, np.float32),
     }
-    flat = agg.flatten_state(state)
-    back = agg.unflatten_state(flat, state)
-    assert all(np.array_equal(back[k], state[k]) and back[k].dtype == np.float32 for k in state)
+    assert np.array_equal(agg.flatten_state(state), np.r_[np.arange(6), 1, 1])
     with pytest.raises(ValueError, match="steps"):
         agg.flatten_state({"steps": np.array([1], dtype=np.int64)})
+    with pytest.raises(ValueError, match="steps"):
+        RoundTensors.updates({"steps": np.array([1])}, [{"steps": np.array([2])}])
 
 
 def test_paper_server_counts_one_mechanism_per_tensor():

@@ -19,6 +19,7 @@ from dpmed.data import fets
 from dpmed.data.synthetic import fets as synthetic_fets
 from dpmed.fets import run as fets_run
 from dpmed.fets.aggregation import dp_fedavg, flatten_state
+from dpmed.fets.round_tensors import RoundTensors
 from dpmed.fets.server import Server
 from dpmed.privacy.audit.fets import AuditServer, ScaledNoise, UpdateCanaries
 from dpmed.privacy.audit.runs import AUDIT_FILE, audit_cell, audit_fets_cell, main
@@ -83,8 +84,10 @@ def test_scaled_noise_scales_the_servers_draws():
     assert scaled.dtype == np.float32 and np.allclose(scaled, 0.1 * base)
     updates = np.zeros((4, 5), dtype=np.float32)
     assert issubclass(AuditServer, Server)  # the real server, its generator scaled
-    plain = dp_fedavg(updates.copy(), 1.0, 2.0, np.random.default_rng(5))
-    quiet = dp_fedavg(updates.copy(), 1.0, 2.0, ScaledNoise(np.random.default_rng(5), 0.0))
+    plain = dp_fedavg(RoundTensors.rows(updates), 1.0, 2.0, np.random.default_rng(5))[""]
+    quiet = dp_fedavg(
+        RoundTensors.rows(updates), 1.0, 2.0, ScaledNoise(np.random.default_rng(5), 0.0)
+    )[""]
     assert np.abs(plain).sum() > 0 and not quiet.any()
 
 

@@ -1,9 +1,8 @@
-"""Weighted averaging of model tensors, shared by the fets server (FedAvg, SimAgg, DP-SimAgg)
-and the xcal server (FedAvg over clients).
+"""Weighted averaging of model tensors (the xcal server's FedAvg over clients).
 
 Works on NumPy arrays and torch tensors alike and computes in the tensors' own dtype: each
 weight is cast to that dtype before the product, the products are accumulated in place in
-argument order, so the same inputs give the same bits in either study.
+argument order. (The fets server has its own block passes, `dpmed.fets.round_tensors`.)
 """
 
 from __future__ import annotations

@@ -3,15 +3,18 @@ the registries of the fets aggregators and DP modes.
 
 Everything here is a pure function of the tensors and data-size weights the collaborators send
 (plus the caller's noise generator, `dpmed.fets.server.noise_generator`): no collaborator data
-can reach it. An aggregator is one `register_aggregator` call per DP mode it supports, at the
-end of this module: its server rule, display label, report order and, for the private modes,
+can reach it. Each rule reads the round's tensors twice, through the block passes of
+`dpmed.fets.round_tensors` (a Gram matrix for norms and distances, then one combination).
+
+An aggregator is one `register_aggregator` call per DP mode it supports, at the end of this
+module: its server rule, display label, report order and, for the private modes,
 its sensitivity and privacy-record texts. The wildcard patterns, the validity rule, the
 server, the privacy record and the report read them from `AGGREGATORS` and `DP_MODES`; the
 config schema's enums list the same names in the same order (tests/test_fets_registry.py
 checks it).
 
 The models have no norm buffers (GroupNorm / InstanceNorm without running stats), so every
-state tensor is a trained parameter; `flatten_state` refuses non-float tensors and the
+state tensor is a trained parameter; `RoundTensors.updates` refuses non-float tensors and the
 simulation refuses models with buffers, so no tensor ever bypasses clipping and noise.
 """
 
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpmed.federated.averaging import weighted_mean, weighted_sum
+from dpmed.fets.round_tensors import RoundTensors, TensorGroup, ones, squared_norms, vectors
 from dpmed.registry import Registry
 
 if TYPE_CHECKING:
@@ -73,9 +76,9 @@ class DPMode:
     - non-private, per tensor: `rule(local_tensors, tensor_name, cfg) -> tensor`;
     - private, per tensor: `rule(local_tensors, tensor_name, cfg, rng) -> (tensor,
       MechanismInfo)`, one Gaussian mechanism per tensor;
-    - private, whole model: `rule(updates, weights, cfg, sigma, rng) -> (aggregate update, α)`
-      on the round's flattened updates u_i = w_i − w_global (shape (n, d), which the rule may
-      clip in place), one Gaussian mechanism N(0, σ²I) with σ calibrated for the rule's
+    - private, whole model: `rule(updates, weights, cfg, sigma, rng) -> (new state, α)` on the
+      round's updates u_i = w_i − w_global (a `dpmed.fets.round_tensors.RoundTensors`), one
+      Gaussian mechanism N(0, σ²I) with σ calibrated for the rule's
       `sensitivity`.
 
     `local_tensors` items have `.col_name`, `.tensor` and `.weight` (weights sum to 1 over the
@@ -195,25 +198,26 @@ def aggregator_mode(name: str, dpmode: str) -> AggregatorMode:
 
 # --- similarity weights (SimAgg) -----------------------------------------------------------
 
-# SimAgg distance name → similarity scores s (n,) of the flattened tensors and their mean.
-SIMAGG_DISTANCES: Registry[Callable[[list[np.ndarray], np.ndarray], np.ndarray]] = Registry(
+# SimAgg distance name → similarity scores s (n,) from the coefficient rows y (n, n + 1) of the
+# collaborators' (clipped) tensors in the basis of a Gram matrix `gram` (`round_tensors`).
+SIMAGG_DISTANCES: Registry[Callable[[np.ndarray, np.ndarray], np.ndarray]] = Registry(
     "SimAgg distance"
 )
 
 
 @SIMAGG_DISTANCES.register("l2")
-def l2_similarity(flat: list[np.ndarray], mean: np.ndarray) -> np.ndarray:
-    """The paper's: d_i = ‖T̄ − T_i‖₂, s_i = Σd/(1e-8 + d_i), unnormalised."""
-    scratch = np.empty_like(mean)
-    d = np.array([_norm(np.subtract(f, mean, out=scratch)) for f in flat])
+def l2_similarity(y: np.ndarray, gram: np.ndarray) -> np.ndarray:
+    """The paper's: d_i = ‖T̄ − T_i‖₂ (T̄ the unweighted mean), s_i = Σd/(1e-8 + d_i),
+    unnormalised."""
+    d = np.sqrt(squared_norms(y - y.mean(axis=0), gram))
     return d.sum() / (EPS_SAFE + d)
 
 
 @SIMAGG_DISTANCES.register("sum_diff")
-def sum_diff_similarity(flat: list[np.ndarray], mean: np.ndarray) -> np.ndarray:
+def sum_diff_similarity(y: np.ndarray, gram: np.ndarray) -> np.ndarray:
     """The FeTS 2021 variant: d_i = |ΣT̄ − ΣT_i|, s_i = Σd/(1e-8 + d_i) normalised to sum 1."""
-    total = float(mean.sum(dtype=np.float64))
-    d = np.array([abs(total - float(f.sum(dtype=np.float64))) for f in flat])
+    sums = y @ gram[:, -1]
+    d = np.abs(sums.mean() - sums)
     s = d.sum() / (EPS_SAFE + d)
     return s / s.sum()
 
@@ -223,34 +227,38 @@ def is_weight_or_bias(tensor_name: str) -> bool:
     return "weight" in tensor_name or "bias" in tensor_name
 
 
-def l2_clip(v: np.ndarray, clip_norm: float) -> np.ndarray:
-    """Algorithm 3: scalars unchanged; otherwise v·C/‖v‖₂ when ‖v‖₂ > C, else v."""
-    v = np.asarray(v)
-    if v.ndim == 0:
-        return v
-    norm = _norm(v)
-    if norm > clip_norm:
-        return (v * (clip_norm / norm)).astype(v.dtype, copy=False)
-    return v
+def clip_factors(gram: np.ndarray, clip_norm: float) -> tuple[np.ndarray, np.ndarray]:
+    """Algorithm 3 / joint clipping as factors: c_i = C/‖v_i‖ where ‖v_i‖ > C, else 1, for the
+    vectors v_i of a basis Gram matrix (`round_tensors`). Returns (c, ‖v_i‖)."""
+    g00, g0i, gii = gram[0, 0], gram[0, 1:-1], np.diag(gram)[1:-1]  # v_i = b_0 + b_i
+    norms = np.sqrt(np.maximum(np.r_[g00, g00 + 2 * g0i + gii], 0.0))
+    return np.where(norms > clip_norm, clip_norm / np.maximum(norms, 1e-300), 1.0), norms
 
 
 def similarity_weights(
-    tensors: Sequence[np.ndarray] | np.ndarray, weights: Sequence[float], distance: str = "l2"
+    y: np.ndarray, gram: np.ndarray, weights: Sequence[float], distance: str = "l2"
 ) -> np.ndarray:
-    """Normalised weights α (Algorithm 1 lines 10–17) of `tensors` with data-size `weights`:
-    T̄ = unweighted mean, similarity scores s of the `distance` (a `SIMAGG_DISTANCES` name),
-    ŵ = W + s, α = ŵ/(1e-8 + Σŵ)."""
-    flat = [np.asarray(t).reshape(-1) for t in tensors]
-    mean = weighted_sum(flat, np.full(len(flat), 1.0 / len(flat)))
-    s = SIMAGG_DISTANCES[distance](flat, mean)
+    """Normalised weights α (Algorithm 1 lines 10–17) of the tensors with coefficient rows `y`
+    in the basis of `gram` and data-size `weights`: similarity scores s of the `distance` (a
+    `SIMAGG_DISTANCES` name), ŵ = W + s, α = ŵ/(1e-8 + Σŵ)."""
+    s = SIMAGG_DISTANCES[distance](y, gram)
     w_hat = np.asarray(weights, dtype=np.float64) + s
     return w_hat / (EPS_SAFE + w_hat.sum())
 
 
-def _norm(v: np.ndarray) -> float:
-    """‖v‖₂ (BLAS dot in the array's own precision: one pass, no float64 copy)."""
-    flat = v.reshape(-1)
-    return float(np.sqrt(np.dot(flat, flat)))
+def normals(rng: Any, size: int | tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
+    """Standard normals of `size` for a mechanism (Algorithm 2 step 2), from `rng`'s
+    `standard_normal` (`dpmed.fets.server.noise_generator`), in `dtype` when it is float32 or
+    float64, else float64."""
+    dtype = np.dtype(dtype)
+    return rng.standard_normal(
+        size, dtype=dtype if dtype in (np.float32, np.float64) else np.float64
+    )
+
+
+def _normalised(weights: Sequence[float]) -> np.ndarray:
+    w = np.asarray(weights, dtype=np.float64)
+    return w / w.sum()
 
 
 # --- per-tensor rules (FeTS/OpenFL call shape) ---------------------------------------------
@@ -265,7 +273,8 @@ def fedavg(
     collaborator_times_per_round: Any = None,
 ) -> np.ndarray:
     """FedAvg of one tensor, Σ W_i T_i / Σ W_i (FeTS challenge call shape)."""
-    return weighted_mean([t.tensor for t in local_tensors], [t.weight for t in local_tensors])
+    group = TensorGroup.of([t.tensor for t in local_tensors])
+    return group.combine(_normalised([t.weight for t in local_tensors]))
 
 
 def simagg(
@@ -280,20 +289,12 @@ def simagg(
     """Non-private SimAgg of one tensor (FeTS challenge call shape): weight and bias tensors get
     the similarity weighting of Algorithm 1 lines 10–18 without clipping or noise, other
     tensors FedAvg. `distance`: a `SIMAGG_DISTANCES` name."""
-    tensors = [t.tensor for t in local_tensors]
+    group = TensorGroup.of([t.tensor for t in local_tensors])
     weights = [t.weight for t in local_tensors]
     if not is_weight_or_bias(tensor_name):
-        return weighted_mean(tensors, weights)
-    return weighted_sum(tensors, similarity_weights(tensors, weights, distance))
-
-
-def gaussian_noise(
-    shape: tuple[int, ...], sigma: float, rng: np.random.Generator, dtype: np.dtype | type
-) -> np.ndarray:
-    """N(0, σ²I) of `shape` (Algorithm 2 step 2), drawn in `dtype` (float32 or float64)."""
-    dtype = np.dtype(dtype)
-    draw_dtype = dtype if dtype in (np.float32, np.float64) else np.float64
-    return (rng.standard_normal(shape, dtype=draw_dtype) * sigma).astype(dtype, copy=False)
+        return group.combine(_normalised(weights))
+    gram = group.gram()
+    return group.combine(similarity_weights(vectors(group.n), gram, weights, distance))
 
 
 def dp_simagg_paper_tensor(
@@ -303,113 +304,76 @@ def dp_simagg_paper_tensor(
     clip_norm: float,
     epsilon0: float,
     delta0: float,
-    rng: np.random.Generator,
+    rng: Any,
 ) -> tuple[np.ndarray, MechanismInfo]:
-    """Algorithm 1 exactly, for one tensor: L2Clip of Algorithm 3, similarity weights, the
-    empirical Δf from the neighbour T'_0 = 1·C with the *same* weights, the classic Gaussian σ
-    of Algorithm 2. Not a DP guarantee: Δf is measured on one neighbour instead of bounded,
-    and the classic σ is proven for ε ≤ 1 only.
+    """Algorithm 1 exactly, for one tensor: L2Clip of Algorithm 3 (scalars are not clipped),
+    similarity weights, the empirical Δf from the neighbour T'_0 = 1·C with the *same* weights
+    — pm − pm' = α_0 (T̃_0 − 1·C), lines 19–21 — and the classic Gaussian σ of Algorithm 2.
+    Not a DP guarantee: Δf is measured on one neighbour instead of bounded, and the classic σ
+    is proven for ε ≤ 1 only. `rng`: a noise generator (`standard_normal`).
 
     Returns:
         (noisy aggregate, the mechanism applied).
     """
     from dpmed.privacy.mechanisms import classic_sigma  # scipy: imported on first use
 
-    tensors = [np.asarray(t) for t in tensors]
+    group = TensorGroup.of(tensors)
     if is_weight_or_bias(tensor_name):
-        clipped = [l2_clip(t, clip_norm) for t in tensors]  # lines 7–9
-        alpha = similarity_weights(clipped, weights, "l2")  # lines 10–17
-        pm = weighted_sum(clipped, alpha)  # line 18
-        neighbour = [np.ones_like(clipped[0]) * clip_norm, *clipped[1:]]  # line 19
-        pm_prime = weighted_sum(neighbour, alpha)  # line 20
-        delta_f = _norm(pm - pm_prime)  # line 21
+        gram = group.gram()
+        a = vectors(group.n)
+        factors = np.ones(group.n) if group.shape == () else clip_factors(gram, clip_norm)[0]
+        y = factors[:, None] * a  # lines 7–9
+        alpha = similarity_weights(y, gram, weights, "l2")  # lines 10–17
+        beta = alpha * factors  # line 18
+        gap = y[0] - clip_norm * ones(group.n)  # T̃_0 − 1·C
+        delta_f = float(alpha[0] * np.sqrt(squared_norms(gap, gram)[0]))  # lines 19–21
         branch = "weight"
     else:
-        pm = weighted_mean(tensors, weights)  # line 25
+        beta = _normalised(weights)  # line 25
         delta_f = float(clip_norm)  # line 26
         branch = "other"
     sigma = classic_sigma(delta_f, epsilon0, delta0)  # Algorithm 2 step 1
-    noisy = pm + gaussian_noise(pm.shape, sigma, rng, pm.dtype)
+    noisy = group.combine(beta, normals(rng, group.shape, group.dtype), sigma)
     z = math.sqrt(2.0 * math.log(1.25 / delta0)) / epsilon0  # σ/Δf of the classic σ
-    info = MechanismInfo(tensor_name, delta_f, sigma, branch, z)
-    return noisy.astype(pm.dtype, copy=False), info
+    return noisy, MechanismInfo(tensor_name, delta_f, sigma, branch, z)
 
 
-# --- whole-model rules on the flattened updates (n, d) -------------------------------------
-
-
-def clip_rows(
-    updates: np.ndarray, clip_norm: float, inplace: bool = False
-) -> tuple[np.ndarray, np.ndarray]:
-    """Clip each row (one collaborator's flattened update) jointly to L2 norm ≤ C.
-    Returns (clipped rows, the norms before clipping); `inplace` rescales `updates` itself."""
-    norms = np.array([_norm(row) for row in updates])
-    scale = np.minimum(1.0, clip_norm / np.maximum(norms, 1e-300))
-    out = updates if inplace else updates.copy()
-    for row, factor in zip(out, scale, strict=True):
-        if factor < 1.0:
-            row *= row.dtype.type(factor)
-    return out, norms
+# --- whole-model rules on the round's updates ----------------------------------------------
 
 
 def dp_simagg_sound(
-    updates: np.ndarray,
+    updates: RoundTensors,
     weights: Sequence[float],
     clip_norm: float,
     sigma: float,
-    rng: np.random.Generator,
+    rng: Any,
     distance: str = "l2",
-    inplace: bool = False,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Sound DP-SimAgg of flattened updates (n, d): clip each u_i jointly to ‖u_i‖ ≤ C,
-    similarity weights α on the clipped updates (as in Algorithm 1), Σ α_i ũ_i + N(0, σ²I).
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Sound DP-SimAgg of the round's updates u_i: clip each u_i jointly to ‖u_i‖ ≤ C,
+    similarity weights α on the clipped updates (as in Algorithm 1), o + Σ α_i ũ_i + N(0, σ²I).
     The α are non-negative with Σα ≤ 1, so the outputs of neighbouring rounds (one
-    collaborator's update replaced) both lie in the C-ball and differ by at most Δf = 2C;
-    σ must be calibrated for it. `inplace` clips `updates`.
+    collaborator's update replaced) both lie in the C-ball around o and differ by at most
+    Δf = 2C; σ must be calibrated for it.
 
     Returns:
-        (noisy aggregate update, α).
+        (noisy new state by tensor name, α).
     """
-    clipped, _ = clip_rows(updates, clip_norm, inplace)
-    alpha = similarity_weights(clipped, weights, distance)
-    agg = (alpha.astype(clipped.dtype) @ clipped).astype(updates.dtype, copy=False)
-    return agg + gaussian_noise(agg.shape, sigma, rng, agg.dtype), alpha
+    gram = updates.gram()
+    factors, _ = clip_factors(gram, clip_norm)
+    alpha = similarity_weights(factors[:, None] * vectors(updates.n), gram, weights, distance)
+    noise = normals(rng, updates.size, updates.dtype)
+    return updates.combine(alpha * factors, noise, sigma), alpha
 
 
 def dp_fedavg(
-    updates: np.ndarray,
-    clip_norm: float,
-    sigma: float,
-    rng: np.random.Generator,
-    inplace: bool = False,
-) -> np.ndarray:
-    """DP-FedAvg of flattened updates (n, d) (server-side fixed clipping, McMahan et al. 2018):
-    mean of the updates clipped jointly to C + N(0, σ²I), σ = z·C/m; with replace-one
-    adjacency Δf = 2C/m, so z = 2σ/Δf. `inplace` clips `updates`."""
-    clipped, _ = clip_rows(updates, clip_norm, inplace)
-    agg = weighted_sum(list(clipped), np.full(len(clipped), 1.0 / len(clipped)))
-    return agg + gaussian_noise(agg.shape, sigma, rng, agg.dtype)
-
-
-def stack_updates(
-    global_state: Mapping[str, np.ndarray], local_states: Sequence[Mapping[str, np.ndarray]]
-) -> np.ndarray:
-    """(n, d) array of the flattened updates w_i − w_global (key order of `global_state`),
-    written in place into one preallocated array."""
-    flatten_state({k: np.asarray(v)[:0] for k, v in global_state.items()})  # dtype check only
-    sizes = [np.asarray(v).size for v in global_state.values()]
-    dtype = np.result_type(*global_state.values())
-    out = np.empty((len(local_states), sum(sizes)), dtype=dtype)
-    for row, state in zip(out, local_states, strict=True):
-        start = 0
-        for (name, value), size in zip(global_state.items(), sizes, strict=True):
-            local = np.asarray(state[name])
-            if local.shape != np.shape(value):
-                raise ValueError(f"tensor '{name}': local shape {local.shape} != {np.shape(value)}")
-            np.subtract(local.reshape(-1), np.asarray(value).reshape(-1),
-                        out=row[start : start + size])  # fmt: skip
-            start += size
-    return out
+    updates: RoundTensors, clip_norm: float, sigma: float, rng: Any
+) -> dict[str, np.ndarray]:
+    """DP-FedAvg of the round's updates (server-side fixed clipping, McMahan et al. 2018):
+    o + mean of the updates clipped jointly to C + N(0, σ²I), σ = z·C/m; with replace-one
+    adjacency Δf = 2C/m, so z = 2σ/Δf. Returns the noisy new state by tensor name."""
+    factors, _ = clip_factors(updates.gram(full=False), clip_norm)
+    noise = normals(rng, updates.size, updates.dtype)
+    return updates.combine(factors / updates.n, noise, sigma)
 
 
 def flatten_state(state: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -418,19 +382,6 @@ def flatten_state(state: Mapping[str, np.ndarray]) -> np.ndarray:
         if np.asarray(value).dtype.kind != "f":
             raise ValueError(f"tensor '{name}' is not floating point; no aggregation rule for it")
     return np.concatenate([np.asarray(v).ravel() for v in state.values()])
-
-
-def unflatten_state(vector: np.ndarray, like: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Inverse of `flatten_state` with the names, shapes and dtypes of `like`."""
-    out, start = {}, 0
-    for name, value in like.items():
-        value = np.asarray(value)
-        piece = vector[start : start + value.size].reshape(value.shape)
-        out[name] = piece.astype(value.dtype, copy=False)
-        start += value.size
-    if start != vector.size:
-        raise ValueError(f"vector has {vector.size} entries, the state {start}")
-    return out
 
 
 # --- the registered aggregators (registration order = config enum order) -------------------
@@ -478,7 +429,7 @@ def simagg_rule(local: Sequence[LocalTensor], tensor_name: str, cfg: ServerConfi
     utility_notes=PAPER_UTILITY_NOTES,
 )
 def dp_simagg_paper_rule(
-    local: Sequence[LocalTensor], tensor_name: str, cfg: ServerConfig, rng: np.random.Generator
+    local: Sequence[LocalTensor], tensor_name: str, cfg: ServerConfig, rng: Any
 ) -> tuple[np.ndarray, MechanismInfo]:
     """Algorithm 1 on one tensor at the run's (C, ε0, δ0)."""
     tensors, weights = [t.tensor for t in local], [t.weight for t in local]
@@ -497,16 +448,10 @@ def dp_simagg_paper_rule(
     "weights on clipped updates, Delta f = 2C",
 )
 def dp_simagg_sound_rule(
-    updates: np.ndarray,
-    weights: Sequence[float],
-    cfg: ServerConfig,
-    sigma: float,
-    rng: np.random.Generator,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Sound DP-SimAgg of the round's updates (clipped in place)."""
-    return dp_simagg_sound(
-        updates, weights, cfg.clip_norm, sigma, rng, cfg.simagg_distance, inplace=True
-    )
+    updates: RoundTensors, weights: Sequence[float], cfg: ServerConfig, sigma: float, rng: Any
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Sound DP-SimAgg of the round's updates."""
+    return dp_simagg_sound(updates, weights, cfg.clip_norm, sigma, rng, cfg.simagg_distance)
 
 
 @register_aggregator(
@@ -520,12 +465,7 @@ def dp_simagg_sound_rule(
     privacy_extra=lambda last: {"z": 2.0 * last["noise_multiplier"]},  # σ = z·C/m, Δf = 2C/m
 )
 def dp_fedavg_rule(
-    updates: np.ndarray,
-    weights: Sequence[float],
-    cfg: ServerConfig,
-    sigma: float,
-    rng: np.random.Generator,
-) -> tuple[np.ndarray, np.ndarray]:
-    """DP-FedAvg of the round's updates (clipped in place); α = 1/m."""
-    step = dp_fedavg(updates, cfg.clip_norm, sigma, rng, inplace=True)
-    return step, np.full(len(updates), 1.0 / len(updates))
+    updates: RoundTensors, weights: Sequence[float], cfg: ServerConfig, sigma: float, rng: Any
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """DP-FedAvg of the round's updates; α = 1/m."""
+    return dp_fedavg(updates, cfg.clip_norm, sigma, rng), np.full(updates.n, 1.0 / updates.n)

@@ -19,7 +19,9 @@ import numpy as np
 
 from dpmed.fets import aggregation as agg
 from dpmed.fets.aggregation import DP_MODES, AggregatorMode, aggregator_mode
+from dpmed.fets.round_tensors import RoundTensors
 from dpmed.privacy import mechanisms
+from dpmed.privacy.normals import NormalSource
 from dpmed.seeding import stable_seed
 
 
@@ -74,12 +76,12 @@ class RoundMechanisms:
 Local = tuple[str, Mapping[str, np.ndarray], float]
 
 
-def noise_generator(seed: int | None, *stream: object) -> np.random.Generator:
+def noise_generator(seed: int | None, *stream: object) -> NormalSource:
     """The noise generator of one release: seeded by ("fets-noise", seed, *stream) when a seed
     is given (reproducible, not for deployment), else fresh OS entropy."""
     if seed is None:
         return mechanisms.secure_generator()
-    return np.random.default_rng(stable_seed("fets-noise", seed, *stream))
+    return NormalSource(stable_seed("fets-noise", seed, *stream, bits=64))
 
 
 class Server:
@@ -95,7 +97,7 @@ class Server:
         sigma = mechanisms.calibrate(cfg.sound_calibration, delta_f, cfg.epsilon0, cfg.delta0)
         return sigma, delta_f
 
-    def generator(self, fl_round: int) -> np.random.Generator:
+    def generator(self, fl_round: int) -> NormalSource:
         """The noise generator of round `fl_round` (`noise_generator`; a privacy audit's server
         overrides it to scale the noise, `dpmed.privacy.audit.fets`)."""
         return noise_generator(self.cfg.seed, fl_round)
@@ -118,7 +120,7 @@ class Server:
         global_state: Mapping[str, np.ndarray],
         local: Sequence[Local],
         weights: Sequence[float],
-        rng: np.random.Generator,
+        rng: NormalSource,
     ) -> tuple[dict[str, np.ndarray], RoundMechanisms | None]:
         """The rule once per tensor; private modes: one mechanism each."""
         cfg, rule = self.cfg, self.cfg.mode.rule
@@ -152,16 +154,13 @@ class Server:
         global_state: Mapping[str, np.ndarray],
         local: Sequence[Local],
         weights: Sequence[float],
-        rng: np.random.Generator,
+        rng: NormalSource,
     ) -> tuple[dict[str, np.ndarray], RoundMechanisms]:
-        """The rule once on the flattened updates; one mechanism per round."""
+        """The rule once on the whole model's updates; one mechanism per round."""
         cfg = self.cfg
-        updates = agg.stack_updates(global_state, [state for _, state, _ in local])
+        updates = RoundTensors.updates(global_state, [state for _, state, _ in local])
         sigma, delta_f = self.sound_sigma(len(local))
-        step, alpha = cfg.mode.rule(updates, weights, cfg, sigma, rng)
-        del updates
-        step += agg.flatten_state(global_state)
-        new = agg.unflatten_state(step, global_state)
+        new, alpha = cfg.mode.rule(updates, weights, cfg, sigma, rng)
         return new, RoundMechanisms(
             1, delta_f, sigma, sigma, sigma / delta_f, tuple(float(a) for a in alpha)
         )

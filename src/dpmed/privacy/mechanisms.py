@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import math
 import secrets
+from typing import TYPE_CHECKING
 
-import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr
+
+if TYPE_CHECKING:
+    from dpmed.privacy.normals import NormalSource
 
 
 def _check(sensitivity: float, epsilon: float, delta: float) -> None:
@@ -108,17 +111,21 @@ NOISE_SEEDED = "seeded (simulation, reproducible; not for deployment)"
 NOISE_OS_ENTROPY = "os-entropy"
 
 
-def secure_generator() -> np.random.Generator:
-    """A noise generator nobody can regenerate: numpy's PCG64 seeded with 128 fresh bits from
-    the OS CSPRNG (`secrets`, i.e. os.urandom), a new seed per call.
+def secure_generator() -> NormalSource:
+    """A noise generator nobody can regenerate: a `NormalSource` (torch's Mersenne Twister per
+    block, `dpmed.privacy.normals`) whose seed sequence starts from 128 fresh bits of the OS
+    CSPRNG (`secrets`, i.e. os.urandom), a new seed per call.
 
-    Secure enough here because the threat is recomputing the noise: the 128-bit seed cannot be
-    guessed or searched, and a fresh one per release means no stream is reused. PCG64 is not a
-    CSPRNG (its state can be recovered from enough *raw* outputs), but the noise is never
-    released alone, only added to the aggregate. Floating-point attacks on Gaussian sampling
-    (Mironov 2012) are not addressed; torchcsprng / Opacus secure_mode is not installed.
+    Secure enough here because the threat is recomputing the noise: the 128-bit entropy cannot
+    be guessed or searched, and a fresh one per release means no stream is reused. The block
+    generators are not CSPRNGs (their state can be recovered from enough *raw* outputs), but
+    the noise is never released alone, only added to the aggregate. Floating-point attacks on
+    Gaussian sampling (Mironov 2012) are not addressed; torchcsprng / Opacus secure_mode is
+    not installed.
     """
-    return np.random.default_rng(secrets.randbits(128))
+    from dpmed.privacy.normals import NormalSource  # torch: imported on first use
+
+    return NormalSource(secrets.randbits(128))
 
 
 def noise_source(seed: int | None) -> str:

@@ -85,7 +85,7 @@ class UpdateCanaries:
 
 class ScaledNoise:
     """A noise generator whose standard normals are multiplied by `scale` (the fets rules draw
-    their noise only through `standard_normal`, `dpmed.fets.aggregation.gaussian_noise`)."""
+    their noise only through `standard_normal`, `dpmed.fets.aggregation.normals`)."""
 
     def __init__(self, rng: np.random.Generator, scale: float) -> None:
         self.rng, self.scale = rng, scale
