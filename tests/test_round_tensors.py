@@ -104,3 +104,21 @@ def test_normal_source_draws_standard_normals():
     draws = normals.NormalSource(11).standard_normal(400_000, dtype=np.float32)
     assert stats.kstest(draws, "norm").pvalue > 0.01
     assert abs(draws.mean()) < 5 / np.sqrt(draws.size) and draws.std() == pytest.approx(1, 0.01)
+
+
+def _draw_in_child(queue):
+    queue.put(normals.NormalSource(5).standard_normal(3 * normals.BLOCK)[:3].tolist())
+
+
+def test_normal_source_works_in_a_forked_child():
+    """The parent's pool threads do not exist in a forked child: it gets a pool of its own."""
+    import multiprocessing
+
+    want = normals.NormalSource(5).standard_normal(3 * normals.BLOCK)[:3]  # the pool exists
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_draw_in_child, args=(queue,))
+    child.start()
+    child.join(60)
+    assert not child.is_alive(), "the child hung on the parent's thread pool"
+    assert np.allclose(queue.get(timeout=5), want)

@@ -28,6 +28,9 @@ def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, torch.get_num_threads())))
 
 
+os.register_at_fork(after_in_child=_pool.cache_clear)  # a forked child has no pool threads
+
+
 def _fill(block: torch.Tensor, seed: int) -> None:
     block.normal_(generator=torch.Generator().manual_seed(seed))
 
