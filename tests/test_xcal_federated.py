@@ -130,6 +130,8 @@ def test_private_runs_stay_within_the_target_and_write_every_output(small, tmp_p
     assert metrics["road"] == pytest.approx(road["road"])  # the paper's ROAD, %
     assert rounds["road"].iloc[-1] == pytest.approx(road["road"])
     assert metrics["road_combined"] == pytest.approx(road["combined"])
+    assert metrics["road_random"] == pytest.approx(road["random"]["road"])  # the baseline
+    assert len(road["random"]["morf_drop"]) == 2 and road["random"]["road"] != road["road"]
     d_road, d_eps = rounds["road"].diff().iloc[-1], rounds["epsilon"].diff().iloc[-1]
     if d_eps > 0:  # ΔROAD/Δε of the paper's ROAD (%); None where ε did not grow
         assert metrics["road_per_eps"] == pytest.approx(d_road / d_eps)

@@ -48,6 +48,7 @@ def _run(
         "accuracy": 0.6,
         "road": road,
         "road_combined": combined,
+        "road_random": 5.0,
         "epsilon": 0.9,
         "f1_per_eps": 0.1,
         "road_per_eps": (road - 10.0) / 0.5,
@@ -61,6 +62,7 @@ def _run(
         "percentages": PERCENTAGES,
         "morf_drop": [road / 2, road],
         "lerf_drop": [1.0, 2.0],
+        "random": {"road": 5.0, "morf_drop": [3.0, 7.0], "lerf_drop": [3.0, 7.0], "combined": 0},
     }
     (folder / "road.json").write_text(json.dumps(curves))
     return folder
@@ -76,6 +78,7 @@ def test_tables_carry_road_in_percent_and_the_combined_score(frame):
     assert main.loc["xcal", "road_mean"] == 80.0 and main.loc["xcal", "road_combined_mean"] == 0.3
     assert main.loc["static", "road_mean"] == 15.0
     assert main.loc["static", "road_combined_mean"] == 0.05
+    assert main.loc["xcal", "road_random_mean"] == 5.0
     assert main.loc["xcal", "n_seeds"] == 1 and np.isnan(main.loc["xcal", "road_ci_low"])
     efficiency = efficiency_table(frame).set_index("method")
     assert efficiency.loc["xcal", "road_per_eps_mean"] == pytest.approx(140.0)
@@ -93,6 +96,8 @@ def test_trajectories_plot_road_in_percent_and_the_final_morf_lerf_curves(frame)
     np.testing.assert_allclose(morf.get_xdata(), [20.0, 50.0])
     np.testing.assert_allclose(morf.get_ydata(), [40.0, 80.0])
     assert sum(k.endswith("LeRF") for k in lines) == 2
+    baseline = next(v for k, v in lines.items() if k.startswith("xcal") and k.endswith("random"))
+    np.testing.assert_allclose(baseline.get_ydata(), [3.0, 7.0])
     plt.close(fig)
 
 

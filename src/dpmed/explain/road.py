@@ -15,6 +15,11 @@ confidence rose). The paper's ROAD score is the MoRF drop: "confidence fell by o
 the most salient regions were removed"; the paper gives no removal fractions, so ROAD here is
 the mean MoRF drop over the configured fractions. The older combined score
 (mean_p LeRF − mean_p MoRF) / 2 ∈ [−0.5, 0.5] (probability units) is kept beside it.
+
+Removing pixels lowers the confidence whatever their ranking (the imputed image is off the
+training distribution), so a ROAD score means something only beside the same score for a
+ranking that carries no information: `random_attributions` gives uniform random maps, and the
+gap between the two MoRF drops is what the explanation adds.
 """
 
 from __future__ import annotations
@@ -70,6 +75,11 @@ def impute(
     out = image.copy()
     out[:, rows, cols] = solved.T
     return out
+
+
+def random_attributions(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """Uniform random attribution maps of `shape` (N, H, W): the uninformative baseline."""
+    return np.random.default_rng(seed).random(shape)
 
 
 def removal_mask(attribution: np.ndarray, fraction: float, most_relevant: bool) -> np.ndarray:

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from dpmed.explain.gradcam import grad_cam, normalise, quiet, upsample
-from dpmed.explain.road import road
+from dpmed.explain.road import random_attributions, road
 from dpmed.metrics.classification import accuracy, macro_f1
 
 BATCH = 256
@@ -42,12 +42,11 @@ def attributions(net: nn.Module, layer: str, x: torch.Tensor) -> tuple[np.ndarra
 
 
 def road_of(
-    net: nn.Module, layer: str, x: torch.Tensor, percentages: list[float], seed: int
+    net: nn.Module, x: torch.Tensor, maps: np.ndarray, percentages: list[float], seed: int
 ) -> dict:
-    """ROAD of the model's own Grad-CAM on the images `x` (`dpmed.explain.road.road`: the
-    paper's MoRF confidence drop in %, the MoRF/LeRF curves per removed fraction and the
+    """ROAD of the attribution `maps` (N, H, W) of the images `x` (`dpmed.explain.road.road`:
+    the paper's MoRF confidence drop in %, the MoRF/LeRF curves per removed fraction and the
     combined score)."""
-    maps, _ = attributions(net, layer, x)
     device = x.device
 
     def predict(images: np.ndarray) -> np.ndarray:
@@ -77,6 +76,13 @@ class Evaluation:
 
     def road(self) -> dict:
         """ROAD of the model's Grad-CAM on the fixed subsample."""
-        return road_of(
-            self.module, self.layer, self.x[self.road_idx], self.percentages, self.road_seed
-        )
+        x = self.x[self.road_idx]
+        maps, _ = attributions(self.module, self.layer, x)
+        return road_of(self.module, x, maps, self.percentages, self.road_seed)
+
+    def road_random(self) -> dict:
+        """ROAD of uniform random attributions on the same subsample, imputed with the same
+        seed: the score of an explanation that carries no information."""
+        x = self.x[self.road_idx]
+        maps = random_attributions((len(x), *x.shape[-2:]), self.road_seed)
+        return road_of(self.module, x, maps, self.percentages, self.road_seed)

@@ -54,7 +54,10 @@ from dpmed.xcal.spec import FIGURES, MEASURED_TABLES, TABLES  # noqa: E402
 KEYS = ["dataset", "model", "method", "shift", "clients", "eps"]
 ROAD_LABEL = "ROAD: MoRF confidence drop (%)"
 # The metrics.json values the tables read (road: the paper's ROAD in %; road_combined beside it).
-METRICS = ["f1", "accuracy", "road", "road_combined", "epsilon", "f1_per_eps", "road_per_eps"]
+METRICS = [
+    "f1", "accuracy", "road", "road_combined", "road_random", "epsilon", "f1_per_eps",
+    "road_per_eps",
+]  # fmt: skip
 # The client-count and shift comparisons (tables, figure, Grad-CAM pairs): the DP baseline
 # against XCal-FL with its default preset.
 COMPARED = [BASELINE, PROPOSED]
@@ -96,13 +99,14 @@ def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def main_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """F1 / accuracy / ROAD (%) / combined ROAD / spent ε of the IID runs (paper §6 tables),
+    """F1 / accuracy / ROAD (%) / combined ROAD / ROAD of random attributions (%, the
+    baseline) / spent ε of the IID runs (paper §6 tables),
     mean and 95 % t-interval over seeds, F1 and ROAD paired-tested against `MAIN_BASELINES`."""
     iid = frame[frame["shift"] == POOLED]
     cell = ["dataset", "model", "clients", "eps"]
     table = summarize(
         iid, ["dataset", "model", "method", "clients", "eps"],
-        ["f1", "accuracy", "road", "road_combined", "epsilon"],
+        ["f1", "accuracy", "road", "road_combined", "road_random", "epsilon"],
     )  # fmt: skip
     for baseline in MAIN_BASELINES:
         tests = paired_tests(iid, cell, "method", baseline, TESTED)
@@ -229,7 +233,8 @@ def _no_data(ax: plt.Axes, text: str) -> None:
 
 def trajectories_figure(frame: pd.DataFrame) -> plt.Figure:
     """Per private IID run, one row per dataset × model: F1 and ROAD (%) vs cumulative ε, and
-    the final model's MoRF (solid) and LeRF (dotted) confidence drop (%) vs removed fraction."""
+    the final model's MoRF (solid) and LeRF (dotted) confidence drop (%) vs removed fraction,
+    with the drop of uniform random attributions (dashed, faint): the baseline MoRF must beat."""
     private = frame[(frame["shift"] == POOLED) & np.isfinite(frame["eps"].astype(float))]
     combos = list(dict.fromkeys(zip(private["dataset"], private["model"], strict=True)))
     fig, axes = plt.subplots(
@@ -253,6 +258,10 @@ def trajectories_figure(frame: pd.DataFrame) -> plt.Figure:
             removed = 100 * np.asarray(road["percentages"])
             row_axes[2].plot(removed, road["morf_drop"], "-", label=f"{label} MoRF", **line)
             row_axes[2].plot(removed, road["lerf_drop"], ":", label=f"{label} LeRF", **line)
+            row_axes[2].plot(
+                removed, road["random"]["morf_drop"], "--", label=f"{label} random",
+                alpha=0.5, **line,
+            )  # fmt: skip
         row_axes[0].set(
             title=f"{dataset} / {model}: macro F1", xlabel="cumulative ε", ylabel="macro F1"
         )

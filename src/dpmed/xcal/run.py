@@ -335,9 +335,12 @@ def write_outputs(job: JobContext, fed: Federation, history: History) -> dict:
 
 
 def write_road(path: Path, evaluation: xcal_eval.Evaluation, history: History) -> dict:
-    """road.json: the final model's ROAD (the last round's), its subsample size, layer and the
-    ROAD trajectory over the rounds that had one."""
+    """road.json: the final model's ROAD (the last round's), its subsample size, layer, the
+    ROAD trajectory over the rounds that had one, and under `random` the final model's ROAD
+    of uniform random attributions (the baseline a saliency map must beat)."""
     result = dict(history.last_road if history.last_road is not None else evaluation.road())
+    baseline = evaluation.road_random()
+    result["random"] = {k: baseline[k] for k in ("road", "morf_drop", "lerf_drop", "combined")}
     result["subsample"] = int(len(evaluation.road_idx))
     result["layer"] = evaluation.layer
     result["trajectory"] = [
@@ -395,6 +398,7 @@ def run_metrics(
         "epsilon": epsilon,
         "road": road["road"],
         "road_combined": road["combined"],
+        "road_random": road["random"]["road"],
         "morf_mean": float(np.mean(road["morf"])),
         "lerf_mean": float(np.mean(road["lerf"])),
         "f1_per_eps": efficiency([r["f1"] for r in rows], eps),
