@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE_CONFIG = REPO / "config" / "smoke.yaml"
@@ -104,6 +105,14 @@ def site_slurm_profile(root: Path) -> Path:
     values = {"<account>": "proj", "<cpu-partition>": "cpu", "<gpu-partition>": "gpu"}
     install(REPO / "profiles" / "slurm-template", dest, values)
     return dest
+
+
+def unit_duke_config() -> dict:
+    """data.duke of config/smoke.yaml with 10 subjects (18 training images) instead of the
+    demo's 40: in-process unit tests train on it in seconds."""
+    cfg = yaml.safe_load(SMOKE_CONFIG.read_text())["data"]["duke"]
+    cfg["synthetic"] = cfg["synthetic"] | {"n_subjects": 10}
+    return cfg
 
 
 def run_data_stage(workdir: Path) -> None:

@@ -55,9 +55,10 @@ def test_paper_grid_sizes_match_hand_count():
 
 def test_smoke_grid_covers_every_value(smoke):
     grid = check_config(smoke, SCHEMA)
-    # seg: duke unet 5 clips (+ seed 1 of none and flat), unetpp 6 morphs × {none, flat},
-    # 6 quantile variants, the 2 × 2 lr × C sweep on duke and umn, umn 4, covidct 4.
-    assert len(grid.jobs("seg")) == 5 + 2 + 12 + 6 + 8 + 4 + 4
+    # seg: duke unet 5 clips (+ flat at 2 more eps, + seed 1 of none and flat), unetpp 6 morphs
+    # × {none, flat}, 6 quantile variants, the 2 × 2 lr × C sweep on duke and umn, umn 4,
+    # covidct 4.
+    assert len(grid.jobs("seg")) == 5 + 2 + 2 + 12 + 6 + 8 + 4 + 4
     # fets: fedavg, simagg at inf; dp_simagg {paper, sound} and dp_fedavg sound at eps0 {1, 10};
     # the sweep at 2 participations: fedavg at inf, dp_fedavg at 2 eps0, dp_simagg sound at 1.
     assert len(grid.jobs("fets")) == 2 + 4 + 2 + 2 * (1 + 2 + 1)
@@ -157,14 +158,14 @@ def test_conflicting_params_for_one_job(smoke):
     block = copy.deepcopy(smoke["seg"]["grid"][0])
     block["params"] = {"lr": 0.5}
     smoke["seg"]["grid"].append(block)
-    with pytest.raises(ConfigError, match=r"seg\.grid\[7\].*seg\.grid\[0\]"):
+    with pytest.raises(ConfigError, match=r"seg\.grid\[8\].*seg\.grid\[0\]"):
         check_config(smoke, SCHEMA)
 
 
 def test_same_job_in_two_blocks_with_same_params_is_fine(smoke):
     smoke["seg"]["grid"].append(copy.deepcopy(smoke["seg"]["grid"][0]))
-    # smoke seg grid: 5 + 2 (duke unet) + 12 (unetpp) + 6 (quantiles) + 8 (sweep) + 4 + 4
-    assert len(check_config(smoke, SCHEMA).jobs("seg")) == 41
+    # smoke seg grid: 5 + 2 + 2 (duke unet) + 12 (unetpp) + 6 (quantiles) + 8 (sweep) + 4 + 4
+    assert len(check_config(smoke, SCHEMA).jobs("seg")) == 43
 
 
 def test_block_without_valid_combination(smoke):

@@ -51,6 +51,25 @@ def test_tiled_prediction_covers_the_volume():
     def predict(x: torch.Tensor) -> torch.Tensor:  # class = 1 where channel 0 > 0
         return torch.stack([-x[:, 0], x[:, 0], x[:, 0] * 0 - 9, x[:, 0] * 0 - 9], dim=1)
 
-    got = predict_volume(predict, image, (4, 4, 4), torch.device("cpu"))
-    assert np.array_equal(got, (image[0] > 0).astype(np.int64))
+    for tiles_per_batch in (1, 5, 64):  # 3 x 3 x 2 tiles: one, several and a partial batch
+        got = predict_volume(predict, image, (4, 4, 4), torch.device("cpu"), tiles_per_batch)
+        assert np.array_equal(got, (image[0] > 0).astype(np.int64))
     assert to_classes(np.array([0, 1, 2, 4])).tolist() == [0, 1, 2, 3]
+
+
+def test_batched_tiles_give_the_tile_by_tile_prediction_of_a_real_network():
+    """GroupNorm normalises each tile on its own, so predicting tiles in batches must give the
+    class map of predicting them one at a time (a plain loop over tiles, computed here)."""
+    torch.manual_seed(0)
+    model = ResUNet3d(4, 4, base_filters=4, depth=2).eval()
+    image = np.random.default_rng(1).standard_normal((4, 16, 8, 12)).astype(np.float32)
+    expected = np.zeros((16, 8, 16), dtype=np.int64)
+    padded = np.zeros((4, 16, 8, 16), dtype=np.float32)
+    padded[:, :, :, :12] = image
+    with torch.no_grad():
+        for x in (0, 8):
+            for z in (0, 8):
+                tile = torch.from_numpy(padded[None, :, x : x + 8, :, z : z + 8])
+                expected[x : x + 8, :, z : z + 8] = model(tile).argmax(1)[0].numpy()
+    got = predict_volume(model, image, (8, 8, 8), torch.device("cpu"), tiles_per_batch=3)
+    assert np.array_equal(got, expected[:, :, :12])

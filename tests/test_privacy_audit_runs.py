@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-import yaml
-from conftest import REPO, SEG_PARAMS, XCAL_PARAMS, xcal_processed
+from conftest import REPO, SEG_PARAMS, XCAL_PARAMS, unit_duke_config, xcal_processed
 from torch import nn
 from torch.utils.data import TensorDataset
 
@@ -49,7 +48,7 @@ COLUMNS = {"study", "mechanism", "setting", "guarantee", "eps_claimed", "eps_low
 
 @pytest.fixture(scope="module")
 def duke(tmp_path_factory) -> Path:
-    cfg = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())["data"]["duke"]
+    cfg = unit_duke_config()
     root = tmp_path_factory.mktemp("audit_duke")
     synthesize("duke", cfg, root / "raw")
     preprocess("duke", cfg, root / "raw", root / "processed")

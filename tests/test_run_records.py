@@ -11,8 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-import yaml
-from conftest import REPO, SEG_PARAMS, XCAL_PARAMS, xcal_processed
+from conftest import SEG_PARAMS, XCAL_PARAMS, unit_duke_config, xcal_processed
 from tensorboardX.proto.event_pb2 import Event
 
 import dpmed
@@ -80,7 +79,7 @@ def check_events(out: Path, table: pd.DataFrame, step_key: str, tags: list[str])
 
 @pytest.fixture(scope="module")
 def duke(tmp_path_factory) -> Path:
-    cfg = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())["data"]["duke"]
+    cfg = unit_duke_config()
     root = tmp_path_factory.mktemp("records_duke")
     synthesize("duke", cfg, root / "raw")
     preprocess("duke", cfg, root / "raw", root / "processed")

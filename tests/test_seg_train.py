@@ -12,8 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-import yaml
-from conftest import REPO, SEG_PARAMS, Killed, phase_kills, save_then_die
+from conftest import SEG_PARAMS, Killed, phase_kills, save_then_die, unit_duke_config
 
 from dpmed.checkpoint import CHECKPOINT
 from dpmed.data.stage import preprocess, synthesize
@@ -43,7 +42,7 @@ def wildcards(**kw: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def duke(tmp_path_factory) -> str:
-    cfg = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())["data"]["duke"]
+    cfg = unit_duke_config()
     root = tmp_path_factory.mktemp("seg_duke")
     synthesize("duke", cfg, root / "raw")
     preprocess("duke", cfg, root / "raw", root / "processed")
@@ -159,7 +158,7 @@ def test_checkpoint_of_another_configuration_is_not_resumed(duke, tmp_path, monk
 def test_a_checkpoint_on_other_data_is_not_resumed(duke, tmp_path, capsys):
     """Killed after epoch 1, the processed data replaced (another synthetic seed), rerun: the
     rerun equals a fresh run on the new data (resuming would keep epoch 1 of the old data)."""
-    cfg = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())["data"]["duke"]
+    cfg = unit_duke_config()
     cfg["synthetic"] = cfg["synthetic"] | {"seed": 7}
     synthesize("duke", cfg, tmp_path / "raw_b")
     preprocess("duke", cfg, tmp_path / "raw_b", tmp_path / "new_data")

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import REPO, SEG_PARAMS
+from conftest import REPO, SEG_PARAMS, unit_duke_config
 from test_seg_train import train
 
 from dpmed.data.stage import preprocess, synthesize
@@ -146,6 +146,7 @@ def test_morph_effect_choice_prefers_non_private_fixed():
 def tiny(tmp_path_factory) -> dict:
     """Processed synthetic Duke and COVID CT and the tiny runs of `RUNS` in the results layout."""
     smoke = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())["data"]
+    smoke["duke"] = unit_duke_config()
     root = tmp_path_factory.mktemp("seg_visual")
     processed = {}
     for dataset in ("duke", "covidct"):

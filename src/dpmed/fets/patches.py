@@ -8,6 +8,7 @@ pages of the memory-mapped image are read. Labels {0, 1, 2, 4} map to classes 0.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -64,20 +65,27 @@ def predict_volume(
     image: np.ndarray,
     patch: Sequence[int],
     device: torch.device,
+    tiles_per_batch: int = 1,
 ) -> np.ndarray:
     """Class map (X, Y, Z) int64 of a (4, X, Y, Z) volume: zero-pad to a multiple of the patch,
-    predict non-overlapping tiles, argmax, crop back."""
+    predict non-overlapping tiles `tiles_per_batch` at a time (one forward per batch: the
+    per-call overhead of many tiny tiles dominated validation), argmax, crop back."""
     shape = image.shape[1:]
     padded = [int(np.ceil(s / p)) * p for s, p in zip(shape, patch, strict=True)]
     vol = np.zeros((image.shape[0], *padded), dtype=np.float32)
     vol[(slice(None), *(slice(0, s) for s in shape))] = image
     out = np.zeros(padded, dtype=np.int64)
-    steps = [range(0, n, p) for n, p in zip(padded, patch, strict=True)]
+    tiles = [
+        tuple(slice(c, c + p) for c, p in zip(corner, patch, strict=True))
+        for corner in itertools.product(
+            *(range(0, n, p) for n, p in zip(padded, patch, strict=True))
+        )
+    ]
     with torch.no_grad():
-        for x in steps[0]:
-            for y in steps[1]:
-                for z in steps[2]:
-                    sl = (slice(x, x + patch[0]), slice(y, y + patch[1]), slice(z, z + patch[2]))
-                    tile = torch.from_numpy(vol[(slice(None), *sl)][None]).to(device)
-                    out[sl] = predict(tile).argmax(dim=1)[0].cpu().numpy()
+        for start in range(0, len(tiles), max(1, tiles_per_batch)):
+            batch = tiles[start : start + max(1, tiles_per_batch)]
+            x = torch.from_numpy(np.stack([vol[(slice(None), *sl)] for sl in batch])).to(device)
+            classes = predict(x).argmax(dim=1).cpu().numpy()
+            for sl, c in zip(batch, classes, strict=True):
+                out[sl] = c
     return out[tuple(slice(0, s) for s in shape)]

@@ -50,7 +50,7 @@ MODELS.add("resunet3d", ModelEntry("dpmed.models.resunet3d:ResUNet3d", "seg3d", 
 MODELS.add("resnet18", ModelEntry("dpmed.models.classifiers:ResNet18", "classifier", "ResNet-18"))
 MODELS.add(
     "efficientnet_b0",
-    ModelEntry("dpmed.models.classifiers:EfficientNetB0", "classifier", "EfficientNet-B0"),
+    ModelEntry("dpmed.models.efficientnet:EfficientNetB0", "classifier", "EfficientNet-B0"),
 )
 
 

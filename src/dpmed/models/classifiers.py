@@ -11,9 +11,11 @@ in-place op after a hooked layer (`inplace=False`, `out = out + identity`), no s
 - ResNet-18 is written by hand (MONAI's keeps BatchNorms inside blocks and uses `+=`). Inputs
   below 128² get the CIFAR stem (3×3 conv, stride 1, no max-pool) so the stage-3 map is ≥ 7×7 at
   28²; larger inputs get the ImageNet stem (7×7 stride 2 + max-pool).
-- EfficientNet-B0 is MONAI's `EfficientNet(blocks_args_str=B0, image_size=H)` (its static
-  "same" padding follows the configured size, unlike `EfficientNetBN`'s hard-coded 224²), with
-  GroupNorm, the non-in-place swish and no drop-connect.
+- EfficientNet-B0 (`dpmed.models.efficientnet`, its own module so that only the jobs that build
+  it pay MONAI's import, about 1.5 s) is MONAI's `EfficientNet(blocks_args_str=B0,
+  image_size=H)` (its static "same" padding follows the configured size, unlike
+  `EfficientNetBN`'s hard-coded 224²), with GroupNorm, the non-in-place swish and no
+  drop-connect.
 
 `width_scale` multiplies the channel widths (1.0 = the published networks; smaller values make
 the tiny smoke models). Each class names the per-sample-gradient engine that is fast for it
@@ -28,25 +30,15 @@ from __future__ import annotations
 import math
 
 import torch
-from monai.networks.nets.efficientnet import EfficientNet
 from torch import nn
 
-from dpmed.models.deterministic import GlobalAvgPool2d, replace_global_pools
+from dpmed.models.deterministic import GlobalAvgPool2d
 
 MIN_CAM_SIZE = 7
 IN_CHANNELS = (1, 3)
 IMAGE_SIZES = (28, 224)  # smallest and largest side
 INPUT_MEAN, INPUT_STD = 0.5, 0.25  # fixed standardisation of [0, 1] inputs inside the models
 GROUPS = 8  # GroupNorm groups at full width; every width used here is a multiple of 8
-EFFICIENTNET_B0 = [
-    "r1_k3_s11_e1_i32_o16_se0.25",
-    "r2_k3_s22_e6_i16_o24_se0.25",
-    "r2_k5_s22_e6_i24_o40_se0.25",
-    "r3_k3_s22_e6_i40_o80_se0.25",
-    "r3_k5_s11_e6_i80_o112_se0.25",
-    "r4_k5_s22_e6_i112_o192_se0.25",
-    "r1_k3_s11_e6_i192_o320_se0.25",
-]
 
 
 def check_input(in_channels: int, image_size: int) -> None:
@@ -137,45 +129,6 @@ class ResNet18(nn.Module):
         x = self.stem((x - INPUT_MEAN) / INPUT_STD)
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         return self.fc(torch.flatten(self.pool(x), 1))
-
-
-class EfficientNetB0(EfficientNet):
-    """MONAI EfficientNet with the B0 block list, GroupNorm and no in-place swish.
-
-    Args:
-        in_channels: image channels, 1 or 3.
-        n_classes: output logits.
-        image_size: input side H = W in [28, 224] (MONAI's static "same" padding follows it).
-        width_scale: the width coefficient.
-    """
-
-    grad_sample_mode = "bk"
-
-    def __init__(
-        self, in_channels: int, n_classes: int, image_size: int, width_scale: float = 1.0
-    ) -> None:
-        check_input(in_channels, image_size)
-        super().__init__(
-            blocks_args_str=EFFICIENTNET_B0,
-            spatial_dims=2,
-            in_channels=in_channels,
-            num_classes=n_classes,
-            width_coefficient=width_scale,
-            depth_coefficient=1.0,
-            dropout_rate=0.2,
-            image_size=image_size,
-            norm=("group", {"num_groups": norm_groups(width_scale)}),
-            drop_connect_rate=0.0,
-        )
-        self.set_swish(memory_efficient=False)
-        replace_global_pools(self)  # head and squeeze-excitation pools, deterministic on CUDA
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward((x - INPUT_MEAN) / INPUT_STD)
-
-    def cam_candidates(self) -> list[str]:
-        """The output of every MBConv block, shallow to deep."""
-        return [f"_blocks.{i}" for i in range(len(self._blocks))]
 
 
 def _round8(value: float) -> int:

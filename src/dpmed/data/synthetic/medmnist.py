@@ -8,11 +8,16 @@ Class balance: per split, one image per class first (when the split has at least
 images), the rest by largest remainder on the official TRAIN class frequencies; the labels are
 then shuffled.
 
-Content: each image shows one object on a tissue-like background. The object's class sets its
-shape (disc, ring, square, cross, blob cluster, bar, triangle, crescent — a fixed order per flag),
-its stripe-texture frequency and a colour tint (RGB) or intensity offset (gray). Position, scale,
-rotation, texture phase, object/background colour and brightness are random per image, the
-background is a smooth random field plus finer tissue texture, and Gaussian pixel noise is added.
+Content: each image shows one large, roughly centred object (like the cell or lesion that fills
+most of a real MedMNIST image) on a tissue-like background. The object's class sets its shape
+(disc, ring, square, cross, blob cluster, bar, triangle, crescent — a fixed order per flag), its
+stripe-texture frequency and a strong colour tint (RGB, amplitude `TINT_AMPLITUDE` on a hue
+circle; channels clipped to [0, 1]) or intensity offset (gray). Position (`CENTRE_JITTER`), scale
+(`OBJECT_SCALE`), rotation, texture phase, object colour (`COLOUR_JITTER`), background colour and
+brightness are random per image, the background is a faint smooth random field plus finer tissue
+texture (`FIELD_AMPLITUDES`), and Gaussian pixel noise is added. The cue is strong on purpose:
+the tiny smoke classifiers must learn it in a few hundred SGD steps (the earlier, subtler cue —
+tint 0.14, objects 0.35–0.5 — left them at chance).
 `AMBIGUOUS_FRACTION` of the images are drawn with the appearance of a uniformly random class
 (their label is unchanged), so no classifier reaches 100 % and the task is not trivial.
 
@@ -37,7 +42,11 @@ CHUNK_PIXELS = 1 << 21
 AMBIGUOUS_FRACTION = 0.1
 NOISE_SD = 0.05
 TEXTURE_AMPLITUDE = 0.25
-TINT_AMPLITUDE = 0.14
+TINT_AMPLITUDE = 0.45  # class colour tint (RGB hue circle) or intensity offset (gray)
+OBJECT_SCALE = (0.75, 0.95)  # object half-size range, fraction of the half image side
+CENTRE_JITTER = 0.1  # object centre offset range, fraction of the half image side
+COLOUR_JITTER = 0.03  # per-image SD of the object colour around its class colour
+FIELD_AMPLITUDES = (0.04, 0.02)  # coarse and fine background texture (relative brightness)
 
 Sdf = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
@@ -181,14 +190,15 @@ def _render_chunk(
     """Render images whose appearance class is `classes` (n,) → uint8 (n, size, size, C)."""
     style = STYLES[info.flag]
     n, n_ch = classes.size, info.channels
-    centre = rng.uniform(-0.3, 0.3, (2, n, 1, 1))
-    scale = rng.uniform(0.35, 0.5, (n, 1, 1))
+    centre = rng.uniform(-CENTRE_JITTER, CENTRE_JITTER, (2, n, 1, 1))
+    scale = rng.uniform(*OBJECT_SCALE, (n, 1, 1))
     theta = rng.uniform(0.0, 2 * np.pi, (n, 1, 1))
     phase = rng.uniform(0.0, 2 * np.pi, (n, 1, 1))
-    fg = _class_colours(style, info.n_classes)[classes] + rng.normal(0.0, 0.06, (n, n_ch))
+    fg = _class_colours(style, info.n_classes)[classes] + rng.normal(0.0, COLOUR_JITTER, (n, n_ch))
     bg = np.asarray(style.background) + rng.normal(0.0, 0.04, (n, n_ch))
     brightness = rng.uniform(0.85, 1.15, (n, 1, 1, 1))
-    field = 0.12 * _smooth_field(rng, n, 6, size) + 0.06 * _smooth_field(rng, n, size // 3, size)
+    coarse, fine = FIELD_AMPLITUDES
+    field = coarse * _smooth_field(rng, n, 6, size) + fine * _smooth_field(rng, n, size // 3, size)
     noise = rng.normal(0.0, NOISE_SD, (n, size, size, n_ch))
 
     grid = ((np.arange(size) + 0.5) / size * 2.0 - 1.0).astype(np.float32)
