@@ -71,10 +71,16 @@ def test_second_smoke_run_is_byte_identical(smoke_run, tmp_path_factory):
     assert (again / "results/measured/seg_fig8_training_time.png").exists()
 
 
+def covidct_block(config: dict) -> dict:
+    """The smoke grid's only COVID-19 CT block."""
+    (block,) = [b for b in config["seg"]["grid"] if b["datasets"] == ["covidct"]]
+    return block
+
+
 def test_editing_one_eps_reruns_only_its_cells_and_readers(smoke_run, tmp_path):
     def edit(config):
-        block = config["seg"]["grid"][-1]  # covidct: infnet × {none, flat} × {none, close-k3}
-        assert block["datasets"] == ["covidct"] and block["eps"] == [50, "inf"]
+        block = covidct_block(config)  # infnet × {none, flat} × {none, close-k3}
+        assert block["eps"] == [50, "inf"]
         block["eps"] = [40, "inf"]
 
     edited = edited_smoke_config(tmp_path, edit)
@@ -98,7 +104,7 @@ def test_editing_one_eps_reruns_only_its_cells_and_readers(smoke_run, tmp_path):
 
 def test_editing_block_params_reruns_that_block_for_changed_params(smoke_run, tmp_path):
     def edit(config):
-        config["seg"]["grid"][-1]["params"]["clip_norm"] = 2.5  # the covidct block's C
+        covidct_block(config)["params"]["clip_norm"] = 2.5
 
     edited = edited_smoke_config(tmp_path, edit)
     result = run_snakemake("-n", "--directory", str(smoke_run), "--configfile", str(edited))
