@@ -16,6 +16,8 @@ from conftest import REPO, SMOKE_CONFIG, run_data_stage, run_snakemake, site_slu
 from dpmed.data.registry import DATASETS
 from dpmed.data.synthetic.fets import REAL_PARTITION_SIZES
 
+SPLITS = ("train", "val", "test")
+
 pytestmark = pytest.mark.slow
 
 
@@ -86,14 +88,19 @@ def test_datasets_table_counts(smoke_run):
     blood = table[(table.dataset == "bloodmnist") & (table.unit == "images")]
     totals = blood[blood.class_name == "all"].set_index("split")["count"].to_dict()
     per_class = blood[blood.class_name != "all"].groupby("split")["count"].sum().to_dict()
-    assert totals == per_class == {"train": 160, "val": 40, "test": 60}
+    data = yaml.safe_load(SMOKE_CONFIG.read_text())["data"]
+    counts = data["bloodmnist"]["synthetic"]["counts"]
+    assert totals == per_class == dict(zip(SPLITS, counts, strict=True))
     assert blood[blood.class_name != "all"]["class_name"].nunique() == 8
-    # Duke: 10 subjects split 6/2/2, n_annotated = 3 B-scans each.
+    # Duke: the subjects split by the configured fractions (exact for the smoke's 40 subjects,
+    # 24/8/8), n_annotated B-scans each.
     duke = table[(table.dataset == "duke") & (table.class_name == "all")]
     subjects = duke[duke.unit == "subjects"].set_index("split")["count"].to_dict()
     images = duke[duke.unit == "images"].set_index("split")["count"].to_dict()
-    assert subjects == {"train": 6, "val": 2, "test": 2}
-    assert images == {k: 3 * v for k, v in subjects.items()}
+    generated = data["duke"]["synthetic"]
+    n = generated["n_subjects"]
+    assert subjects == {s: round(f * n) for s, f in zip(SPLITS, data["duke"]["split"], strict=True)}
+    assert images == {k: generated["n_annotated"] * v for k, v in subjects.items()}
 
 
 def test_processed_metadata_names_its_dataset(smoke_run):
