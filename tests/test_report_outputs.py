@@ -6,14 +6,11 @@ it."""
 from __future__ import annotations
 
 import pytest
-from conftest import REPO, SMOKE_CONFIG, loaded_workflow
+from conftest import SMOKE_CONFIG, loaded_workflow
 
-from dpmed.config.checks import check_config
 from dpmed.report.menu import menu_name
 from dpmed.report.outputs import ReportOutput
 from dpmed.seg import spec as seg_spec
-
-SCHEMA = REPO / "config" / "schema.yaml"
 
 
 class _Job:
@@ -66,8 +63,8 @@ def test_one_registered_entry_becomes_a_reported_rule_that_rule_all_asks_for(tmp
             assert shown.flags["report"].subcategory == menu_name("Fig. 99")
             assert shown.flags["report"].caption.get_filename() == "seg_fig8.rst"
             assert "seg_toy_figure" in workflow._localrules and rule.params.writer == toy.writer
-            # one metrics.json per seg run of the smoke grid
-            assert len(rule.input) == len(check_config(workflow.config, SCHEMA).jobs("seg"))
+            # one metrics.json per seg run of the grid the Snakefile checked
+            assert len(rule.input) == len(workflow.globals["GRID"].jobs("seg"))
             wanted = {str(f) for f in workflow.get_rule("all").input}
             assert "results/figures/seg_toy_figure.png" in wanted
     finally:

@@ -82,8 +82,9 @@ def predict_volume(
         )
     ]
     with torch.no_grad():
-        for start in range(0, len(tiles), max(1, tiles_per_batch)):
-            batch = tiles[start : start + max(1, tiles_per_batch)]
+        step = max(1, tiles_per_batch)
+        for start in range(0, len(tiles), step):
+            batch = tiles[start : start + step]
             x = torch.from_numpy(np.stack([vol[(slice(None), *sl)] for sl in batch])).to(device)
             classes = predict(x).argmax(dim=1).cpu().numpy()
             for sl, c in zip(batch, classes, strict=True):
