@@ -33,10 +33,13 @@ test: $(STAMP)
 
 # Every distinct cell of the paper grid (or CONFIG=...): real model and input size, sigma for every
 # eps, a few real training steps in a child process each, the SLURM request it must fit, and the
-# projected cost (docs/preflight.md). Not part of `make test`; writes results/preflight/.
+# projected cost (docs/preflight.md). Not part of `make test`; writes results/preflight/ with its
+# report (report.html: the tables and the cost figure), and fails when any cell failed.
 CONFIG ?= config/config.yaml
 preflight: $(STAMP)
-	$(BIN)/python -m dpmed.preflight --config $(CONFIG) --out results/preflight
+	$(BIN)/python -m dpmed.preflight --config $(CONFIG) --out results/preflight; status=$$?; \
+	$(BIN)/snakemake --profile profiles/local --configfile $(CONFIG) --cores $(CORES) \
+	    --config preflight=true --report results/preflight/report.html; exit $$status
 
 # One smoke cell of each study through a real one-node SLURM cluster started on this machine
 # (needs root: installs slurmctld, slurmd, slurm-client and munge from Debian if missing).

@@ -51,14 +51,17 @@ include: "rules/fets.smk"
 include: "rules/xcal.smk"
 include: "rules/audit.smk"
 include: "rules/report.smk"
+include: "rules/preflight.smk"
 
 
 report: "workflow/report/workflow.rst"
 
 
+# `--config preflight=true` (or `sample`) targets the preflight's outputs instead of the grid's.
+GRID_TARGETS = [data_targets(), study_targets(), REPORT_TARGETS]
+
+
 rule all:
     default_target: True
     input:
-        data_targets(),
-        study_targets(),
-        REPORT_TARGETS,
+        preflight_targets() if PREFLIGHT_MODE != "off" else GRID_TARGETS,

@@ -6,9 +6,15 @@ point: measured vs predicted peak MB and wall seconds.
 
     PYTHONPATH=src python bench/job_cost.py            # about 20 minutes on 2 cores
     PYTHONPATH=src python bench/job_cost.py --rules fets_train
+    PYTHONPATH=src python bench/job_cost.py --preflight results/preflight
 
 Every point is one cell of the smoke config with sizes overridden (image size, width, batch,
-patch, volume, model, ROAD sample); the smallest points have the smoke config's sizes.
+patch, volume, model, ROAD sample); the smallest points have the smoke config's sizes. These
+small runs alone extrapolate badly to the paper's sizes (deeper networks, 224² inputs,
+per-sample gradients of large layers), so `--preflight DIR` adds what a preflight measured at
+the configured sizes (`dpmed.preflight.points`: the peak, and the job's time projected from its
+measured seconds per step) as points of each study's training rule, and refits the coefficients
+from the saved points plus those, without rerunning the small cells.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from snakemake.utils import update_config
 
 from dpmed import job_cost
 from dpmed.config.checks import check_config, load_configs
+from dpmed.preflight.points import cost_points
 from dpmed.studies import STUDIES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,7 +47,21 @@ XCAL_MODELS = ("resnet18", "efficientnet_b0")
 
 
 def smoke() -> dict:
-    return load_configs([REPO / "config" / "smoke.yaml"])
+    """The smoke config without its audit cells (they name cells of the smoke grid, which each
+    point replaces by its own one-cell grid)."""
+    config = load_configs([REPO / "config" / "smoke.yaml"])
+    config["audit"] = {"cells": []}
+    return config
+
+
+def features_of(rule: str, point: dict) -> tuple[dict, dict]:
+    """The cost features of a saved small-run point, recomputed from its config edit (the
+    features may have changed since it was measured)."""
+    config = smoke()
+    update_config(config, copy.deepcopy(point["edit"]))
+    study = job_cost.RULES[rule][0]
+    hp = check_config(config, REPO / "config" / "schema.yaml").params(study, point["wildcards"])
+    return job_cost.features(rule, config, point["wildcards"], hp)
 
 
 def seg_point(model: str, size: int, width: int, batch: int) -> tuple[dict, dict]:
@@ -129,11 +150,24 @@ def measure(study: str, edit: dict, wc: dict) -> tuple[dict, dict, dict[str, tup
     return config, hp, measured
 
 
+# Memory is fitted on relative residuals (each row divided by its measure): the peaks span
+# 300 MB to 15 GB, an absolute fit would price the small jobs' memory at nothing, and every
+# job must fit its request (a job over it is killed). Time is fitted on absolute residuals:
+# the large jobs' hours are what a request must get right, and the small jobs' seconds sit
+# under the request's floor (`job_cost.TIME_FLOOR_MIN`) whatever the fit says.
+RELATIVE = {"mem": True, "time": False}
+
+
 def fit(rows: list[dict], kind: str) -> dict[str, float]:
-    """NNLS coefficients of the fitted features of `kind` (the known terms subtracted first)."""
+    """NNLS coefficients of the fitted features of `kind` (the known terms subtracted first),
+    over the rows that measured `kind`, with residuals relative or absolute (`RELATIVE`)."""
+    rows = [r for r in rows if kind in r["measured"]]
     names = sorted({n for r in rows for n in r[kind] if n not in KNOWN})
     a = np.array([[r[kind].get(n, 0.0) for n in names] for r in rows])
     b = np.array([r["measured"][kind] - sum(r[kind].get(n, 0.0) for n in KNOWN) for r in rows])
+    if RELATIVE[kind]:
+        weight = 1.0 / np.array([r["measured"][kind] for r in rows])
+        a, b = a * weight[:, None], b * weight
     scale = np.maximum(a.max(axis=0), 1e-12)  # column scaling for a well-posed NNLS
     x, _ = nnls(a / scale, b)
     return {n: float(v / s) for n, v, s in zip(names, x, scale, strict=True)}
@@ -142,9 +176,19 @@ def fit(rows: list[dict], kind: str) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rules", nargs="*", default=list(job_cost.RULES))
+    parser.add_argument(
+        "--preflight", nargs="+", type=Path, default=[], metavar="DIR",
+        help="refit memory with the peaks these preflights measured (module docstring)",
+    )  # fmt: skip
     args = parser.parse_args()
     out = job_cost.COEFFICIENTS_FILE
     saved = json.loads(out.read_text()) if out.exists() else {"rules": {}}
+    if args.preflight:
+        refit_with_preflight(saved, args.preflight)
+        out.write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n")
+        job_cost.coefficients.cache_clear()
+        report(saved, list(saved["rules"]))
+        return
     rows: dict[str, list[dict]] = {rule: [] for rule in args.rules}
     for study in dict.fromkeys(job_cost.RULES[rule][0] for rule in args.rules):
         for edit, wc in points()[study]:
@@ -168,15 +212,44 @@ def main() -> None:
         }
         out.write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n")
     job_cost.coefficients.cache_clear()
-    print(f"\n{'rule':<11} {'cell':<46} {'peak MB':>8} {'pred':>7} {'s':>7} {'pred':>7}")
-    for rule in args.rules:
+    report(saved, args.rules)
+
+
+def refit_with_preflight(saved: dict, folders: list[Path]) -> None:
+    """Replace the preflight points of every rule by those of `folders` (a rule they have
+    none of keeps its earlier ones), recompute the small runs' features, and refit every
+    rule's memory and time coefficients over all its points."""
+    found: dict[str, list[dict]] = {}
+    for folder in folders:
+        for rule, rows in cost_points(folder).items():
+            found.setdefault(rule, []).extend(rows)
+    for rule, entry in saved["rules"].items():
+        small = [p for p in entry["points"] if p.get("source") != "preflight"]
+        for point in small:
+            point["mem"], point["time"] = features_of(rule, point)
+        kept = [p for p in entry["points"] if p.get("source") == "preflight"]
+        entry["points"] = small + (found[rule] if rule in found else kept)
+        entry["mem"] = fit(entry["points"], "mem")
+        entry["time"] = fit(entry["points"], "time")
+    counts = {rule: len(rows) for rule, rows in found.items()}
+    saved["preflight_fit"] = {"date": datetime.date.today().isoformat(), "points": counts}
+
+
+def report(saved: dict, rules: list[str]) -> None:
+    """One line per point: measured vs predicted peak MB (and wall seconds, where measured),
+    and the ratio of the request (`MEM_MARGIN` × predicted) to the measured peak."""
+    print(f"\n{'rule':<11} {'cell':<52} {'peak MB':>8} {'pred':>7} {'req/peak':>8} "
+          f"{'s':>7} {'pred':>7}")  # fmt: skip
+    for rule in rules:
         for row in saved["rules"][rule]["points"]:
             cost = job_cost.predict(rule, row["mem"], row["time"])
             mem, sec = cost.host_mb + cost.compute_mb, cost.seconds
             cell = "/".join(row["wildcards"].values())
+            measured = row["measured"]
+            ratio = job_cost.MEM_MARGIN * mem / measured["mem"]
             print(
-                f"{rule:<11} {cell:<46} {row['measured']['mem']:8.0f} {mem:7.0f}"
-                f" {row['measured']['time']:7.1f} {sec:7.1f}"
+                f"{rule:<11} {cell:<52} {measured['mem']:8.0f} {mem:7.0f} {ratio:8.2f}"
+                f" {measured.get('time', float('nan')):7.1f} {sec:7.1f}"
             )
 
 

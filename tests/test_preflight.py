@@ -12,19 +12,23 @@ the paper's own sizes is `test_every_paper_eps_calibrates`.
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 import pytest
 import yaml
+from conftest import run_snakemake
 
+from dpmed import job_cost
 from dpmed.config.checks import REPO, check_config, load_configs
 from dpmed.config.wildcards import parse_eps
 from dpmed.preflight import cost as cost_rules
 from dpmed.preflight.calibrate import calibrate
-from dpmed.preflight.cells import distinct_cells, sample_cells
+from dpmed.preflight.cells import STUDY_RULES, distinct_cells, nearest, sample_cells
+from dpmed.preflight.points import cost_points
 from dpmed.preflight.probe import run_probe
 from dpmed.preflight.report import NO_GPU, cost_frame
-from dpmed.preflight.run import main
+from dpmed.preflight.run import main, preflight_mode, projected, write_cell
 from dpmed.privacy import accounting
 
 SCHEMA = REPO / "config" / "schema.yaml"
@@ -87,6 +91,65 @@ def test_dedupe_matches_hand_enumeration():
     # every job in exactly one cell
     ids = [id(j) for c in seg for j in c.jobs]
     assert len(ids) == len(set(ids))
+
+
+def test_nearest_probed_cell_matches_input_network_then_privacy():
+    """A cell the sample skipped is projected from the probed cell that matches it best on
+    (dataset, model, architecture, private, DP-Morph kind, clip rule), in that order."""
+    seg = distinct_cells(_grid(_small_config()), ["seg"])
+
+    def cell(model, clip, fixed):
+        return next(c for c in seg if c.job.wc["model"] == model and c.job.wc["clip"] == clip
+                    and (c.job.wc["morph"] != "none") == fixed)  # fmt: skip
+
+    unet_plain, unetpp_flat_fixed = cell("unet", "none", False), cell("unetpp", "flat", True)
+    probed = [unet_plain, unetpp_flat_fixed]
+    # same model: UNet's flat/fixed cell takes UNet's probe, not the other model's same method
+    assert nearest(cell("unet", "flat", True), probed) is unet_plain
+    assert nearest(cell("unetpp", "none", False), probed) is unetpp_flat_fixed
+    # same model, then private before DP-Morph kind: add a private UNet probe
+    unet_flat = cell("unet", "flat", False)
+    assert nearest(cell("unet", "flat", True), [unet_plain, unet_flat]) is unet_flat
+    assert nearest(cell("unet", "none", True), [unet_plain, unet_flat]) is unet_plain
+    # no probe of the model: still the private one for a private cell (not the first probed)
+    assert nearest(cell("unetpp", "flat", True), [unet_plain, unet_flat]) is unet_flat
+    assert nearest(unet_plain, probed) is unet_plain
+    assert nearest(unet_plain, []) is None
+
+
+def test_sample_projects_every_cell_from_its_nearest_probe():
+    """With a sample, the cost table projects every cell of the grid: a skipped cell uses its
+    nearest probed cell's seconds (`measured_by`) with its own jobs' step counts."""
+    config = _small_config()
+    cells = distinct_cells(_grid(config), ["seg"])
+    probed = [cells[0]]
+    m = {"status": "ok", "device": "cpu", "seconds_per_step": 1.0, "eval_seconds_per_batch": 0.0,
+         "attack_seconds_per_batch": 0.0, "attack_batch": 8}  # fmt: skip
+    frame = cost_frame(config, projected(cells, probed, [(cells[0], m)]))
+    train = frame[(frame["rule"] == "seg_train") & (frame["cell"] != "total")]
+    assert list(train["cell"]) == [c.name for c in cells]
+    assert (train["measured_by"] == cells[0].name).all()
+    total = frame[(frame["rule"] == "seg_train") & (frame["cell"] == "total")].iloc[0]
+    # by hand: every job's steps at 1 s each: non-private 50 × ⌈66/8⌉ = 450, private
+    # 50 × ⌊66/8⌋ = 400 sampled batches (the evaluation costs 0 s here)
+    private = [j for c in cells for j in c.jobs if j.wc["clip"] != "none"]
+    public = [j for c in cells for j in c.jobs if j.wc["clip"] == "none"]
+    assert total["cpu_hours"] == pytest.approx((len(public) * 450 + len(private) * 400) / 3600)
+
+
+@pytest.mark.parametrize(("value", "mode"), [(False, "off"), ("false", "off"), (True, "all"),
+                                             ("true", "all"), ("sample", "sample")])  # fmt: skip
+def test_preflight_mode_reads_config_and_command_line_values(value, mode):
+    assert preflight_mode(value) == mode
+
+
+def test_preflight_config_targets_only_the_preflight():
+    """`--config preflight=true` makes the preflight the workflow's only job besides `all`;
+    the grid's jobs are not in the DAG."""
+    result = run_snakemake("--configfile", str(PAPER), "--config", "preflight=true", "-n",
+                           "--quiet", "rules")  # fmt: skip
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", result.stdout, flags=re.M))
+    assert counts == {"preflight": "1", "all": "1", "total": "2"}, result.stdout
 
 
 def test_sample_covers_every_model_method_and_eps():
@@ -154,7 +217,8 @@ def test_cost_arithmetic_by_hand():
         data, {"dataset": "bloodmnist", "clients": "10"}, xhp, m
     )
     assert steps == 30 * 10 * 19
-    assert seconds == pytest.approx(5700 * 2.0 + 30 * (10 * 1.0 + 3.0) + 6 * 7.0)
+    # ROAD every 5th of 30 rounds (6), plus the random-saliency baseline once at the end
+    assert seconds == pytest.approx(5700 * 2.0 + 30 * (10 * 1.0 + 3.0) + (6 + 1) * 7.0)
     # fets: 33 partitions of the real sizes (1251 subjects), val = max(1, round(0.2 n))
     train, val = cost_rules.fets_partitions(data)
     assert sum(train) + sum(val) == 1251 and len(val) == 33
@@ -165,6 +229,9 @@ def test_cost_arithmetic_by_hand():
     per = math.ceil(sum(train) / 33)
     assert steps == 20 * 6 * per
     assert seconds == pytest.approx(steps * 2.0 + 20 * 4.0 + 21 * sum(val) * 10.0)
+    # an aggregate timed on 3 updates is scaled to the 6 a round holds: 8 s per round
+    scaled = cost_rules.fets_train_seconds(data, {}, fhp, m | {"updates": 3})[1]
+    assert scaled == pytest.approx(seconds + 20 * 4.0)
 
 
 def test_cost_frame_totals_and_unknown_gpu():
@@ -183,6 +250,26 @@ def test_cost_frame_totals_and_unknown_gpu():
     assert (frame["gpu_hours"] == NO_GPU).all()
 
 
+def test_preflight_peaks_become_cost_points_of_the_training_rule(tmp_path):
+    """Each cell a preflight probed without error gives its training rule one point: the job
+    cost model's features of the representative job, the probe's peak and the job's
+    projected seconds."""
+    config = _small_config()
+    cells = distinct_cells(_grid(config), ["seg"])
+    measures = {"status": "ok", "peak_rss_mb": 1234.0, "seconds_per_step": 2.0,
+                "eval_seconds_per_batch": 0.0}  # fmt: skip
+    write_cell(tmp_path / "logs/000/cell.json", config, cells[0], measures)
+    write_cell(tmp_path / "logs/001/cell.json", config, cells[1], {"status": "error"})
+    points = cost_points(tmp_path)
+    assert list(points) == ["seg_train"] and len(points["seg_train"]) == 1
+    point = points["seg_train"][0]
+    mem, time = job_cost.features("seg_train", config, cells[0].job.wc, cells[0].job.params)
+    assert point["mem"] == mem and point["time"] == time
+    # cell 0 is non-private: 50 epochs × ⌈66/8⌉ = 450 steps of 2 s (evaluation at 0 s)
+    assert point["measured"] == {"mem": 1234.0, "time": 900.0}
+    assert point["source"] == "preflight"
+
+
 def _write(tmp_path, name, content):
     path = tmp_path / name
     path.write_text(yaml.safe_dump(content))
@@ -191,19 +278,41 @@ def _write(tmp_path, name, content):
 
 @pytest.mark.slow
 def test_sample_preflight_runs_every_model_method_and_eps(tmp_path):
-    out = tmp_path / "out"
-    code = main(["--config", str(PAPER), _write(tmp_path, "reduced.yaml", REDUCED),
-                 "--sample", "--steps", "2", "--out", str(out)])  # fmt: skip
+    """The covering sample of the paper config (at `REDUCED` sizes) through the workflow's
+    preflight rule (`--config preflight=sample`), then its report."""
+    configs = ["--configfile", str(PAPER), _write(tmp_path, "reduced.yaml", REDUCED),
+               "--config", "preflight=sample"]  # fmt: skip
+    ran = run_snakemake(*configs, "--cores", "2", cwd=tmp_path, check=False)
+    log = tmp_path / "logs" / "preflight.log"
+    assert ran.returncode == 0, (log.read_text() if log.is_file() else "") + ran.stderr
+    run_snakemake(*configs, "--report", "report.html", cwd=tmp_path)
+    report = (tmp_path / "report.html").read_text()
+    assert all(name in report for name in ("preflight.html", "cost.html", "cost.png"))
+    out = tmp_path / "results" / "preflight"
     table = pd.read_csv(out / "preflight.csv")
-    assert code == 0, table[table["status"] != "ok"][["cell", "message"]].to_string()
     assert (table["status"] == "ok").all() and (table["s_per_step"] > 0).all()
     assert (table["peak_rss_mb"] > 100).all() and (table["parameters"] > 0).all()
     private = table[table["eps"] != math.inf]
     assert private["eps_ok"].isin([True, "True"]).sum() > 0
     costs = pd.read_csv(out / "cost.csv")
     assert set(costs.loc[costs["cell"] == "total", "study"]) == {"seg", "fets", "xcal"}
+    # the sample projects every cell of the grid, each from a probed one
+    grid = _grid(load_configs([PAPER, tmp_path / "reduced.yaml"]))
+    assert (costs["cell"] != "total").sum() == sum(
+        len(STUDY_RULES[c.study]) for c in distinct_cells(grid)
+    )
+    assert set(costs["measured_by"].dropna()) <= set(table["cell"])
     assert (out / "cost.png").is_file() and (out / "cost.pdf").is_file()
     assert (out / "cost.md").is_file() and (out / "preflight.html").is_file()
+    # Every sampled fets cell has its own server probe, every xcal cell its own steps probe;
+    # the parts no method changes ran once: the collaborators' side per network, the
+    # evaluation per dataset and network.
+    fets, xcal = (table[table["study"] == study] for study in ("fets", "xcal"))
+    assert len(list(out.glob("logs/*/server/result.json"))) == fets["cell"].nunique() > 1
+    assert len(list(out.glob("logs/*/collaborators/result.json"))) == 1
+    assert len(list(out.glob("logs/*/steps/result.json"))) == xcal["cell"].nunique()
+    evaluations = {tuple(cell.split("/")[1:3]) for cell in xcal["cell"]}  # dataset, model
+    assert len(list(out.glob("logs/*/evaluation/result.json"))) == len(evaluations) > 1
 
 
 def test_failing_cell_is_an_error_and_exits_nonzero(tmp_path):
@@ -234,9 +343,9 @@ def test_failing_cell_is_an_error_and_exits_nonzero(tmp_path):
 
 def test_probe_exception_is_reported_not_raised(tmp_path):
     """A probe that raises returns status error with the exception, and its peak memory."""
-    spec = {"study": "seg", "wildcards": {"dataset": "duke"}, "params": {}, "seed": 0,
-            "device": "cpu", "steps": 2, "config": {"data": {}}, "data_dir": str(tmp_path),
-            "work_dir": str(tmp_path)}  # fmt: skip
+    spec = {"probe": "seg", "study": "seg", "wildcards": {"dataset": "duke"}, "params": {},
+            "seed": 0, "device": "cpu", "steps": 2, "config": {"data": {}},
+            "data_dir": str(tmp_path), "work_dir": str(tmp_path)}  # fmt: skip
     result = run_probe(spec)
     assert result["status"] == "error"
     assert result["message"].startswith("KeyError") and result["peak_rss_mb"] > 0

@@ -5,9 +5,11 @@ paper job needs.
 Each rule has a linear cost model over a few workload features computed from the config
 (`features`): peak memory = Σ coefficient × memory feature, wall time = Σ coefficient × time
 feature. The coefficients are fitted by non-negative least squares on peaks and times measured
-by running the real job scripts at several sizes on CPU (`bench/job_cost.py`, which writes
-`job_cost.json` beside this module with the measured points). Memory has fitted terms (the
-interpreter and libraries, `const`; activations per model, `act_*`) and terms whose size is
+by running the real job scripts at several small sizes on CPU, and on the peaks and projected
+times a preflight measured at the paper's sizes (`bench/job_cost.py [--preflight DIR]`, which
+writes `job_cost.json` beside this module with the measured points). Memory has fitted terms
+(the interpreter and libraries, `const`; activations per model, `act_*`, and for seg what
+DP-SGD's per-sample gradients and adaptive DP-Morph hold beside them) and terms whose size is
 known exactly: `host` (the arrays a job holds, host-side model states) and `device` (weights,
 gradients, optimiser moments and DP-SGD's per-sample gradients).
 
@@ -103,9 +105,14 @@ def _seg(config: Mapping[str, Any], wc: Mapping[str, str], hp: Mapping[str, Any]
     params = parameter_count(model, in_channels=1, n_classes=SEG_CLASSES[dataset], **architecture)
     batch, private = hp["batch_size"], wc["clip"] != "none"
     work = pixels * hp["width"] ** 2 / 1e9
+    activations = batch * pixels * hp["width"] / MB
     mem = {
         "const": 1.0,
-        f"act_{model}": batch * pixels * hp["width"] / MB,
+        f"act_{model}": activations,
+        # what DP-SGD's per-sample gradient computation and adaptive DP-Morph hold beside the
+        # activations of ordinary training (measured at the paper's sizes by the preflight)
+        "act_private": activations if private else 0.0,
+        "act_adaptive": activations if wc["morph"].startswith("adaptive") else 0.0,
         "host": total * pixels * (FLOAT + 8) / MB,  # images (float32) and masks (int64)
         # per-sample gradients and their clipped copy, weights, gradient, two Adam moments
         "device": ((2 * batch if private else 0) + 4) * params * FLOAT / MB,

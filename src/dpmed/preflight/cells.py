@@ -36,7 +36,8 @@ STUDY_RULES: dict[str, tuple[str, ...]] = {
     "xcal": ("xcal_train",),
 }
 SEG_ARCHITECTURE = ("width", "depth", "deep_supervision", "batch_size", "grad_sample_mode")
-FETS_NETWORK = ("base_filters", "depth", "norm", "patch_size", "batch_size", "participation")
+FETS_COLLABORATOR = ("base_filters", "depth", "norm", "patch_size", "batch_size")
+FETS_NETWORK = (*FETS_COLLABORATOR, "participation")
 XCAL_NETWORK = ("width_scale", "batch_size", "clients_per_round")
 
 
@@ -76,6 +77,22 @@ def shape_key(study: str, wildcards: Mapping[str, str], params: Mapping[str, Any
         axes = ("dataset", "model", "method", "shift", "clients")
         return ("xcal", *(wildcards[k] for k in axes), private, net)
     raise ValueError(f"unknown study {study!r}")
+
+
+def collaborator_key(cell: Cell) -> tuple:
+    """What a fets collaborator's training and validation depend on: the network, patch and
+    batch size. The server's rule, its DP mode, ε0 and the participation do not enter, so
+    every fets cell of one network shares one collaborator-side probe."""
+    return tuple((k, _frozen(cell.job.params[k])) for k in FETS_COLLABORATOR)
+
+
+def evaluation_key(cell: Cell) -> tuple:
+    """What an xcal run's test evaluation and ROAD depend on: the dataset (its test set), the
+    network and the ROAD settings; not the method, shift, clients or ε (they change the
+    weights, not the work of a forward pass or of Grad-CAM)."""
+    params = cell.job.params
+    return (cell.job.wc["dataset"], cell.job.wc["model"], _frozen(params["width_scale"]),
+            _frozen(params["road_subsample"]), _frozen(params["road_percentages"]))  # fmt: skip
 
 
 @dataclass
@@ -140,3 +157,31 @@ def sample_cells(cells: Sequence[Cell]) -> list[Cell]:
         missing -= _features(best)
     order = {id(c): i for i, c in enumerate(cells)}
     return sorted(chosen, key=lambda c: order[id(c)])
+
+
+def cost_features(cell: Cell) -> tuple:
+    """What a cell's cost per step depends on, most first (the input and network, private or
+    not, then the method's details); `nearest` compares cells on these in order."""
+    if cell.study == "seg":
+        _, dataset, model, rule, morph, arch = cell.key
+        return (dataset, model, arch, rule != "none", morph, rule)
+    if cell.study == "fets":
+        _, aggregator, dpmode, private, _ = cell.key
+        participation = _frozen(cell.job.params["participation"])
+        return (collaborator_key(cell), participation, private, aggregator, dpmode)
+    _, dataset, model, method, shift, clients, private, net = cell.key
+    return (dataset, model, net, private, method, clients, shift)
+
+
+def nearest(cell: Cell, probed: Sequence[Cell]) -> Cell | None:
+    """The probed cell of `cell`'s study most like it: the one whose `cost_features` match
+    `cell`'s, feature by feature in order, compared lexicographically (the same dataset
+    first, then model, ...; the first in `probed` on ties); None when no cell of the study
+    was probed."""
+    mine = cost_features(cell)
+
+    def matches(other: Cell) -> tuple[bool, ...]:
+        return tuple(a == b for a, b in zip(mine, cost_features(other), strict=True))
+
+    candidates = [c for c in probed if c.study == cell.study]
+    return max(candidates, key=matches) if candidates else None

@@ -10,13 +10,14 @@ Per job (seconds, on the device the probe ran on):
 - seg_attack: 2n images scored in batches of the attack's size, n = min(N_train, N_val+N_test)
   members and as many non-members (`dpmed.seg.attack`).
 - xcal_train: R · m · ⌈N/(K·B)⌉ · local_epochs · t_step + R · (m · t_round + t_eval)
-  + ⌈R/road_every⌉ · t_road, with m = min(clients_per_round, K) clients per round each
+  + (⌈R/road_every⌉ + 1) · t_road, with m = min(clients_per_round, K) clients per round each
   holding N/K images on average, t_round its per-round work outside the steps (the signal,
-  FedAvg).
-- fets_train: R · c · ⌈local_epochs · n̄_train · patches/B⌉ · t_step + R · t_aggregate
-  + (R + 1) · Σ_p n_val,p · t_volume, with c = ⌊ρ·33⌋ collaborators per round holding the mean
-  training subjects n̄_train of the 33 partitions; every collaborator validates every round
-  (round 0 included).
+  FedAvg); the last ROAD is the random-saliency baseline's, once per run.
+- fets_train: R · c · ⌈local_epochs · n̄_train · patches/B⌉ · t_step
+  + R · t_aggregate · c/c_probe + (R + 1) · Σ_p n_val,p · t_volume, with c = ⌊ρ·33⌋
+  collaborators per round holding the mean training subjects n̄_train of the 33 partitions
+  (t_aggregate was timed on c_probe updates, the probe's `updates`); every collaborator
+  validates every round (round 0 included).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def xcal_train_seconds(
     road_rounds = math.ceil(rounds / int(hp["road_every"]))
     seconds = (steps * m["seconds_per_step"]
                + rounds * (per_round * m["round_overhead_seconds"] + m["eval_seconds"])
-               + road_rounds * m["road_seconds"])  # fmt: skip
+               + (road_rounds + 1) * m["road_seconds"])  # fmt: skip
     return steps, seconds
 
 
@@ -90,7 +91,9 @@ def fets_train_seconds(
     mean_train = sum(train) / len(train)
     patches = float(hp["local_epochs"]) * mean_train * int(hp["patches_per_subject"])
     steps = rounds * chosen * math.ceil(patches / int(hp["batch_size"]))
-    seconds = (steps * m["seconds_per_step"] + rounds * m["aggregate_seconds"]
+    # the aggregate is linear in the updates it holds (the probe's count may differ)
+    aggregate = m["aggregate_seconds"] * chosen / m.get("updates", chosen)
+    seconds = (steps * m["seconds_per_step"] + rounds * aggregate
                + (rounds + 1) * sum(val) * m["val_seconds_per_volume"])  # fmt: skip
     return steps, seconds
 

@@ -2,16 +2,18 @@
 
     python -m dpmed.preflight.probe SPEC.json RESULT.json
 
-SPEC.json: {"study", "wildcards", "params", "seed", "device", "steps", "config" (the data
-section is read), "data_dir" (processed stand-in data for fets and xcal), "work_dir"}.
+SPEC.json: {"probe" (a key of `PROBES`), "study", "wildcards", "params", "seed", "device",
+"steps", "config" (the data section is read), "data_dir" (processed stand-in data for fets and
+xcal), "work_dir"}.
 RESULT.json: the measures below, `status` ok or error with the message, `peak_rss_mb` (the
 process's ru_maxrss) and on CUDA `peak_cuda_mb` (torch.cuda.max_memory_allocated).
 
 Each probe builds the real network at the configured size and steps it through the runner's
 own functions (seg: `Plan`, `make_setup`, `train_epoch`; xcal: `build_federation`,
-`Client.train_round`; fets: `build_federation`, `Collaborator.train`, `Server.aggregate`,
-`Collaborator.validate`), `steps` times, each step timed; `seconds_per_step` is the median of
-the steps after the first (the first pays for allocation and warm-up).
+`Client.train_round`, and in a probe of its own the evaluation; fets: `Collaborator.train` and
+`Collaborator.validate`, and in a probe of its own `Server.aggregate`), `steps` times, each
+step timed; `seconds_per_step` is the median of the steps after the first (the first pays for
+allocation and warm-up).
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ import torch
 
 from dpmed.runtime import JobContext
 
-ROAD_PROBE = 50  # ROAD images timed (of the configured subsample)
+# xcal evaluation is linear in its images: a head is timed and scaled (`probe_xcal_evaluation`).
+ROAD_PROBE = 16  # ROAD images timed (of the configured subsample)
+EVAL_PROBE = 512  # test images timed (of the test set)
 
 
 def _sync(device: torch.device) -> None:
@@ -120,8 +124,7 @@ def probe_seg(spec: dict[str, Any]) -> dict[str, Any]:
 def probe_xcal(spec: dict[str, Any]) -> dict[str, Any]:
     """Local DP (or SGD) steps of one sampled client through `Client.train_round` (a first
     round of one step, then a round of `steps` − 1 steps, timed by the client's own step
-    clock), the server's FedAvg, one test evaluation and ROAD on `ROAD_PROBE` images of the
-    subsample (ROAD's time is linear in its images, scaled to the configured subsample)."""
+    clock) and the server's FedAvg. The evaluation is `probe_xcal_evaluation`'s."""
     from dpmed.xcal.run import History, build_federation, fedavg
 
     job = _context(spec, Path(spec["data_dir"]))
@@ -140,19 +143,30 @@ def probe_xcal(spec: dict[str, Any]) -> dict[str, Any]:
         overhead = walls[-1] - (client.stats.seconds - seconds)
     state = {k: v.detach().clone() for k, v in fed.net.state_dict().items()}
     aggregate = _timed(lambda: fed.net.load_state_dict(fedavg([_update(fed, state)])), device)
-    evaluation = _timed(fed.evaluation.scores, device)
-    n_road = len(fed.evaluation.road_idx)
-    part = replace(fed.evaluation, road_idx=fed.evaluation.road_idx[:ROAD_PROBE])
-    road = _timed(part.road, device) * n_road / max(1, len(part.road_idx))
     return {
         "step_seconds": times,
         "seconds_per_step": steady(times),
         "round_overhead_seconds": overhead + aggregate,
-        "eval_seconds": evaluation,
-        "road_seconds": road,
         "sigma": client.sigma_ref or None,
         "parameters": _count(fed.net),
     }
+
+
+def probe_xcal_evaluation(spec: dict[str, Any]) -> dict[str, Any]:
+    """Seconds of one whole-test-set evaluation and one ROAD of the configured subsample of
+    the federation's global model, each timed on a head of its images (`EVAL_PROBE`,
+    `ROAD_PROBE`) and scaled linearly. The method, shift, clients and ε do not change this
+    work, so the xcal cells of one dataset and network share it."""
+    from dpmed.xcal.run import build_federation
+
+    job = _context(spec, Path(spec["data_dir"]))
+    device = job.start()
+    evaluation = build_federation(job, device).evaluation
+    head = replace(evaluation, x=evaluation.x[:EVAL_PROBE], y=evaluation.y[:EVAL_PROBE])
+    scores = _timed(head.scores, device) * len(evaluation.y) / max(1, len(head.y))
+    part = replace(evaluation, road_idx=evaluation.road_idx[:ROAD_PROBE])
+    road = _timed(part.road, device) * len(evaluation.road_idx) / max(1, len(part.road_idx))
+    return {"eval_seconds": scores, "road_seconds": road}
 
 
 def _update(fed: Any, state: dict[str, torch.Tensor]) -> Any:
@@ -161,44 +175,66 @@ def _update(fed: Any, state: dict[str, torch.Tensor]) -> Any:
     return ClientUpdate(state, fed.clients[0].n, {})
 
 
-def probe_fets(spec: dict[str, Any]) -> dict[str, Any]:
-    """One federated round of two collaborators (each trains on its two subjects), the
-    server's aggregate of as many updates as the configured participation chooses, and one
-    full-volume validation."""
+def probe_fets_collaborators(spec: dict[str, Any]) -> dict[str, Any]:
+    """The collaborators' side of a round: two collaborators each train on their two
+    subjects (`Collaborator.train`), then one full-volume validation. The server's rule,
+    participation and ε0 do not enter, so every fets cell of one network shares this probe."""
     from dpmed.fets.collaborator import state_to_numpy
-    from dpmed.fets.run import build_federation, server_config
-    from dpmed.fets.server import Server
-    from dpmed.job_cost import FETS_PARTITIONS
+    from dpmed.fets.run import build_federation
 
     job = _context(spec, Path(spec["data_dir"]))
     device = job.start()
     federation = build_federation(job, device)
     global_state = state_to_numpy(federation.model)
     batch = int(job.params["batch_size"])
-    local, times = [], []
-    for name, collaborator in federation.collaborators.items():
+    times, trained = [], global_state
+    for collaborator in federation.collaborators.values():
         n_patches = collaborator.n_train * int(job.params["patches_per_subject"])
         steps = math.ceil(float(job.params["local_epochs"]) * n_patches / batch)
         start = time.perf_counter()
-        trained, weight = collaborator.train(global_state, 0)
+        trained, _ = collaborator.train(global_state, 0)
         _sync(device)
         times += [(time.perf_counter() - start) / steps] * steps
-        local.append((name, trained, weight))
+    last = list(federation.collaborators.values())[-1]
+    validation = _timed(lambda: last.validate(trained), device) / max(1, last.n_val)
+    return {
+        "step_seconds": times,
+        "seconds_per_step": steady(times),
+        "val_seconds_per_volume": validation,
+        "parameters": _count(federation.model),
+    }
+
+
+def probe_fets_server(spec: dict[str, Any]) -> dict[str, Any]:
+    """The server's side of a round: `Server.aggregate` of as many updates as the configured
+    participation chooses (DP noise included). The updates are two distinct perturbations of
+    the global model, repeated: the aggregate's cost depends on the count and size of the
+    updates, not on their values."""
+    import numpy as np
+
+    from dpmed.fets.collaborator import state_to_numpy
+    from dpmed.fets.run import build_federation, server_config
+    from dpmed.fets.server import Server
+    from dpmed.job_cost import FETS_PARTITIONS
+
+    job = _context(spec, Path(spec["data_dir"]))
+    job.start()
+    federation = build_federation(job, torch.device("cpu"))
+    global_state = state_to_numpy(federation.model)
+    rng = np.random.default_rng(job.seed)
+    local = [(name, {k: v + rng.normal(0.0, 1e-3, v.shape).astype(v.dtype)
+                     for k, v in global_state.items()}, float(c.n_train))
+             for name, c in list(federation.collaborators.items())[:2]]  # fmt: skip
     chosen = max(1, math.floor(float(job.params["participation"]) * FETS_PARTITIONS + 1e-9))
     updates = [local[k % len(local)] for k in range(chosen)]
     server = Server(server_config(job))
     out: list[Any] = []
-    aggregate = time.perf_counter()
-    out.append(server.aggregate(global_state, updates, 1))
-    aggregate = time.perf_counter() - aggregate
-    last = list(federation.collaborators.values())[-1]
-    validation = _timed(lambda: last.validate(out[0][0]), device) / max(1, last.n_val)
+    aggregate = _timed(lambda: out.append(server.aggregate(global_state, updates, 1)),
+                       torch.device("cpu"))  # fmt: skip
     mech = out[0][1]
     return {
-        "step_seconds": times,
-        "seconds_per_step": steady(times),
         "aggregate_seconds": aggregate,
-        "val_seconds_per_volume": validation,
+        "updates": chosen,
         "sigma": None if mech is None else mech.noise_multiplier,
         "parameters": _count(federation.model),
     }
@@ -207,14 +243,16 @@ def probe_fets(spec: dict[str, Any]) -> dict[str, Any]:
 PROBES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "seg": probe_seg,
     "xcal": probe_xcal,
-    "fets": probe_fets,
+    "xcal_evaluation": probe_xcal_evaluation,
+    "fets_collaborators": probe_fets_collaborators,
+    "fets_server": probe_fets_server,
 }
 
 
 def run_probe(spec: dict[str, Any]) -> dict[str, Any]:
     """The probe's measures with `status`, or status `error` and the message; peaks added."""
     try:
-        result = {"status": "ok", **PROBES[spec["study"]](spec)}
+        result = {"status": "ok", **PROBES[spec["probe"]](spec)}
     except Exception as err:  # noqa: BLE001  (every failure of a cell is reported, not raised)
         traceback.print_exc()
         result = {"status": "error", "message": f"{type(err).__name__}: {err}"}

@@ -22,14 +22,17 @@ TOTAL = "total"
 def cost_frame(
     config: Mapping[str, Any], measured: Sequence[tuple[Cell, Mapping[str, Any]]]
 ) -> pd.DataFrame:
-    """One row per probed (cell, rule): its jobs, mean steps and hours per job, total hours;
-    then one total row per (study, rule) and study. Cells whose probe failed are left out of
-    the totals and listed with status error."""
+    """One row per (cell, rule): its jobs, mean steps and hours per job, total hours, and
+    `measured_by`, the cell whose probe gave the seconds (itself, or for a cell the sample did
+    not probe the nearest probed one: its measures carry `measured_by`); then one total row
+    per (study, rule). Cells whose probe failed are left out of the totals and listed with
+    status error."""
     rows = []
     for cell, m in measured:
         for rule in STUDY_RULES[cell.study]:
             row = {"study": cell.study, "rule": rule, "cell": cell.name, "jobs": len(cell.jobs),
-                   "device": m.get("device", ""), "status": m.get("status", "error")}  # fmt: skip
+                   "measured_by": m.get("measured_by", cell.name), "device": m.get("device", ""),
+                   "status": m.get("status", "error")}  # fmt: skip
             if m.get("status") == "ok":
                 costs = [RULE_COST[rule](config["data"], j.wc, j.params, m) for j in cell.jobs]
                 hours = sum(seconds for _, seconds in costs) / 3600

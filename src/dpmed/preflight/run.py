@@ -1,7 +1,7 @@
 """`python -m dpmed.preflight`: probe every distinct cell of a grid and project its cost.
 
-    python -m dpmed.preflight [--config FILE ...] [--sample] [--out results/preflight]
-                              [--steps 3] [--timeout 1800]
+    python -m dpmed.preflight [--config FILE ...] [--sample] [--studies seg fets xcal]
+                              [--out results/preflight] [--steps 3] [--timeout 1800]
 
 `--config` files merge as Snakemake's `--configfile` (default config/config.yaml); `--sample`
 probes only a covering subset (every model, method and ε; `cells.sample_cells`). Writes into
@@ -21,14 +21,27 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dpmed.config.grid import job_seed
+from dpmed.config.grid import Grid, job_seed
 from dpmed.preflight.calibrate import Calibration, calibrate
-from dpmed.preflight.cells import STUDY_RULES, Cell, distinct_cells, sample_cells
+from dpmed.preflight.cells import (
+    STUDY_RULES,
+    Cell,
+    collaborator_key,
+    distinct_cells,
+    evaluation_key,
+    nearest,
+    sample_cells,
+)
+from dpmed.preflight.points import CELL_FILE
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FIT_MARGIN = 1.2  # a peak fits when FIT_MARGIN × peak ≤ the request (20 % headroom)
 DEFAULT_STEPS = 3
+DEFAULT_TIMEOUT = 1800.0  # seconds per probe child
 # Rules probed in the same child as training (the seg attack scores the trained network): the
 # child's peak is training's, an upper bound of theirs, so only a fit is conclusive.
 SHARED_PEAK = ("seg_attack",)
@@ -83,15 +96,70 @@ def run_child(spec: dict[str, Any], work: Path, timeout: float) -> dict[str, Any
 
 def probe_cell(
     config: Mapping[str, Any], cell: Cell, device: str, data: Mapping[str, Path], work: Path,
-    steps: int, timeout: float,
+    steps: int, timeout: float, shared: dict[tuple, dict[str, Any]],
 ) -> dict[str, Any]:  # fmt: skip
-    """The measures of `cell`'s representative job."""
+    """The measures of `cell`'s representative job. What does not depend on the cell's method
+    runs in its own child, once, kept in `shared`: a fets cell's collaborators' training and
+    validation (once per network, `collaborator_key`; the cell's own child runs the server's
+    aggregation), an xcal cell's test evaluation and ROAD (once per `evaluation_key`; the
+    cell's own child runs the local steps). A shared part's peak counts in every cell it
+    serves: the job runs both parts in one process, one after the other."""
     job = cell.job
     dataset = job.wc.get("dataset", "fets")
-    spec = {"study": cell.study, "wildcards": job.wc, "params": dict(job.params),
-            "seed": job_seed(cell.study, job.wc), "device": device, "steps": steps,
-            "config": {"data": config["data"]}, "data_dir": str(data.get(dataset, work)),
-            "work_dir": str(work)}  # fmt: skip
+    spec = {"probe": cell.study, "study": cell.study, "wildcards": job.wc,
+            "params": dict(job.params), "seed": job_seed(cell.study, job.wc), "device": device,
+            "steps": steps, "config": {"data": config["data"]},
+            "data_dir": str(data.get(dataset, work)), "work_dir": str(work)}  # fmt: skip
+    if cell.study == "seg":
+        return _timed_child(spec, work, timeout)
+    if cell.study == "xcal":
+        shared_part, own_part = ("evaluation", "xcal_evaluation"), ("steps", "xcal")
+        key = ("xcal", evaluation_key(cell))
+    else:
+        shared_part, own_part = ("collaborators", "fets_collaborators"), ("server", "fets_server")
+        key = ("fets", collaborator_key(cell))
+    ran = key not in shared
+    if ran:
+        shared[key] = _timed_child(spec | {"probe": shared_part[1]}, work / shared_part[0],
+                                   timeout)  # fmt: skip
+    own = _timed_child(spec | {"probe": own_part[1]}, work / own_part[0], timeout)
+    return _merged((shared_part[0], shared[key], ran), (own_part[0], own, True))
+
+
+def _merged(*parts: tuple[str, dict[str, Any], bool]) -> dict[str, Any]:
+    """One cell's measures from (name, measures, ran for this cell) parts, later parts winning
+    a key both have: the peak is the largest, the wall time the parts run for this cell, and
+    an error of any part makes the cell's error."""
+    merged: dict[str, Any] = {}
+    for _, measures, _ in parts:
+        merged |= measures
+    merged["device"] = parts[0][1].get("device", "")
+    for peak in ("peak_rss_mb", "peak_cuda_mb"):
+        measured = [m[peak] for _, m, _ in parts if peak in m]
+        if measured:
+            merged[peak] = max(measured)
+    merged["wall_seconds"] = sum(m["wall_seconds"] for _, m, ran in parts if ran)
+    errors = [f"{name}: {m.get('message', 'probe failed')}" for name, m, _ in parts
+              if m.get("status") != "ok"]  # fmt: skip
+    merged["status"] = "error" if errors else "ok"
+    if errors:
+        merged["message"] = "; ".join(errors)
+    return merged
+
+
+def write_cell(
+    path: Path, config: Mapping[str, Any], cell: Cell, measures: Mapping[str, Any]
+) -> None:  # fmt: skip
+    """`CELL_FILE`: the representative job (study, wildcards, params, the data section) and
+    its measures, merged over the cell's probes (`dpmed.preflight.points` reads it)."""
+    job = cell.job
+    record = {"study": cell.study, "cell": cell.name, "wildcards": job.wc,
+              "params": dict(job.params), "data": config["data"], "measures": measures}  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1, default=str))
+
+
+def _timed_child(spec: dict[str, Any], work: Path, timeout: float) -> dict[str, Any]:
     start = time.perf_counter()
     result = run_child(spec, work, timeout)
     result["wall_seconds"] = time.perf_counter() - start
@@ -172,6 +240,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--sample", action="store_true", help="probe a covering sample: every model, method and ε"
     )
+    parser.add_argument(
+        "--studies",
+        nargs="+",
+        choices=list(STUDY_RULES),
+        default=list(STUDY_RULES),
+        help="probe these studies only (default: all)",
+    )
     parser.add_argument("--out", type=Path, default=Path("results/preflight"))
     parser.add_argument(
         "--steps",
@@ -179,47 +254,105 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=DEFAULT_STEPS,
         help="timed training steps per probe (the first is not counted)",
     )
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds per probe")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per probe")
     return parser.parse_args(argv)  # fmt: skip
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Probe the grid, write the tables and the figure; 1 when any cell failed."""
+def preflight_mode(value: bool | str) -> str:
+    """The config's `preflight` value as `off`, `all` or `sample` (`--config preflight=true`
+    passes the string "true")."""
+    if value == "sample":
+        return "sample"
+    return "all" if value in (True, "true") else "off"
+
+
+def preflight_request(
+    config: Mapping[str, Any], grid: Grid, sample: bool, gpu: bool
+) -> tuple[int, int]:  # fmt: skip
+    """(mem_mb, runtime in minutes) a preflight job asks the scheduler for: the largest
+    request of any probed cell's rules (a probe that needs more fails its cell anyway), and
+    every probe's time limit, capped at `resources.max_runtime`."""
+    cells = distinct_cells(grid)
+    probed = sample_cells(cells) if sample else cells
+    mem = max(_request(rule, config, cell.job, gpu).mem_mb
+              for cell in probed for rule in STUDY_RULES[cell.study])  # fmt: skip
+    limit = float(config.get("resources", {}).get("max_runtime", math.inf))
+    return mem, math.ceil(min(limit, len(probed) * DEFAULT_TIMEOUT / 60))
+
+
+def run_preflight(
+    config: Mapping[str, Any], grid: Grid, out: Path, *, sample: bool = False,
+    studies: Sequence[str] = tuple(STUDY_RULES), steps: int = DEFAULT_STEPS,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> pd.DataFrame:  # fmt: skip
+    """Probe the distinct cells of `grid` (or their covering sample) and write preflight.csv,
+    cost.csv and cost.png (with their .md/.html/.pdf twins) into `out`; prints a progress line
+    per probe with the ETA. Returns the rows of preflight.csv whose status is not ok."""
     import pandas as pd
 
-    from dpmed.config.checks import REPO, check_config, load_configs
     from dpmed.preflight.report import cost_frame, plot_cost
     from dpmed.report.style import write_table
 
-    args = parse_args(argv)
-    config = load_configs(args.config)
-    grid = check_config(config, REPO / "config" / "schema.yaml")
-    cells = distinct_cells(grid)
-    probed = sample_cells(cells) if args.sample else cells
+    cells = distinct_cells(grid, studies)
+    probed = sample_cells(cells) if sample else cells
     device = probe_device(config)
     jobs = sum(len(c.jobs) for c in cells)
     print(f"preflight: {jobs} jobs in {len(cells)} distinct cells; probing {len(probed)} on "
           f"{device}", flush=True)  # fmt: skip
-    data = prepare_data(config, probed, args.out / "data")
-    rows, measured = [], []
+    data = prepare_data(config, probed, out / "data")
+    rows, measured, shared = [], [], {}
+    start = time.perf_counter()
     for index, cell in enumerate(probed):
         calibrations = calibrate(config, cell)
-        work = args.out / "logs" / f"{index:03d}"
-        measures = probe_cell(config, cell, device, data, work, args.steps, args.timeout)
+        work = out / "logs" / f"{index:03d}"
+        measures = probe_cell(config, cell, device, data, work, steps, timeout, shared)
+        write_cell(work / CELL_FILE, config, cell, measures)
         cell_rows_ = cell_rows(config, cell, calibrations, measures)
         rows += cell_rows_
         measured.append((cell, measures))
         status = "ok" if all(r["status"] == "ok" for r in cell_rows_) else "ERROR"
+        elapsed = time.perf_counter() - start
+        eta = elapsed / (index + 1) * (len(probed) - index - 1)
         print(f"[{index + 1}/{len(probed)}] {cell.name}: {status} "
               f"{measures.get('seconds_per_step', math.nan):.3g} s/step, "
               f"peak {measures.get('peak_rss_mb', math.nan):.0f} MB, "
-              f"{measures['wall_seconds']:.0f} s", flush=True)  # fmt: skip
+              f"{measures['wall_seconds']:.0f} s; elapsed {elapsed / 60:.1f} min, "
+              f"ETA {eta / 60:.1f} min", flush=True)  # fmt: skip
     frame = pd.DataFrame(rows)
-    write_table(frame, args.out / "preflight.csv")
-    costs = cost_frame(config, measured)
-    write_table(costs, args.out / "cost.csv")
-    plot_cost(costs, args.out / "cost.png")
+    write_table(frame, out / "preflight.csv")
+    costs = cost_frame(config, projected(cells, probed, measured))
+    write_table(costs, out / "cost.csv")
+    plot_cost(costs, out / "cost.png")
     failed = frame[frame["status"] != "ok"]
     for _, row in failed.iterrows():
         print(f"FAILED {row['cell']} {row['rule']} eps={row['eps']:g}: {row['message']}")
+    return failed
+
+
+def projected(
+    cells: Sequence[Cell], probed: Sequence[Cell], measured: Sequence[tuple[Cell, Any]]
+) -> list[tuple[Cell, Any]]:  # fmt: skip
+    """Every cell of the grid in order with the measures its cost is projected from: its own
+    probe's, or for a cell a sample skipped its `nearest` probed cell's (`measured_by`)."""
+    own = {id(cell): m for cell, m in measured}
+    out = []
+    for cell in cells:
+        proxy = cell if id(cell) in own else nearest(cell, probed)
+        if proxy is cell:
+            out.append((cell, own[id(cell)]))
+        elif proxy is not None:
+            out.append((cell, own[id(proxy)] | {"measured_by": proxy.name}))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Probe the grid the config files give, write the tables and the figure; 1 when any
+    cell failed."""
+    from dpmed.config.checks import REPO, check_config, load_configs
+
+    args = parse_args(argv)
+    config = load_configs(args.config)
+    grid = check_config(config, REPO / "config" / "schema.yaml")
+    failed = run_preflight(config, grid, args.out, sample=args.sample, studies=args.studies,
+                           steps=args.steps, timeout=args.timeout)  # fmt: skip
     return 1 if len(failed) else 0
