@@ -77,7 +77,7 @@ def plot_cost(frame: pd.DataFrame, png_path: str | Path) -> None:
         ax.barh(labels, hours, color="#4c72b0")
         ax.set_xscale("log")
         for y, h in enumerate(hours):
-            ax.text(h, y, f" {h:,.3g} h", va="center", fontsize=8)
+            ax.text(h, y, f" {h:,.0f} h" if h >= 100 else f" {h:.3g} h", va="center", fontsize=8)
         device = ", ".join(sorted(set(totals["device"])))
         ax.set_xlabel(f"projected job hours on the probing device ({device})")
     ax.set_title("Projected cost of the grid (measured s/step × steps per job)", fontsize=9)
