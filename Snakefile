@@ -64,4 +64,4 @@ GRID_TARGETS = [data_targets(), study_targets(), REPORT_TARGETS]
 rule all:
     default_target: True
     input:
-        preflight_targets() if PREFLIGHT_MODE != "off" else GRID_TARGETS,
+        rules.preflight.output if PREFLIGHT_MODE != "off" else GRID_TARGETS,

@@ -13,11 +13,6 @@ PREFLIGHT_MODE = preflight_mode(config["preflight"])  # off, all or sample
 PREFLIGHT_SAMPLE = PREFLIGHT_MODE == "sample"
 
 
-def preflight_targets():
-    """The preflight's tables and figure."""
-    return list(rules.preflight.output)
-
-
 rule preflight:
     output:
         cells=reported(f"{PREFLIGHT}/preflight", TAB, "preflight", PREFLIGHT_CAT, "cells"),

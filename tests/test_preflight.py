@@ -143,11 +143,11 @@ def test_preflight_mode_reads_config_and_command_line_values(value, mode):
     assert preflight_mode(value) == mode
 
 
-def test_preflight_config_targets_only_the_preflight():
+def test_preflight_config_targets_only_the_preflight(tmp_path):
     """`--config preflight=true` makes the preflight the workflow's only job besides `all`;
     the grid's jobs are not in the DAG."""
     result = run_snakemake("--configfile", str(PAPER), "--config", "preflight=true", "-n",
-                           "--quiet", "rules")  # fmt: skip
+                           "--quiet", "rules", cwd=tmp_path)  # fmt: skip
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", result.stdout, flags=re.M))
     assert counts == {"preflight": "1", "all": "1", "total": "2"}, result.stdout
 
