@@ -11,6 +11,10 @@ PREFLIGHT = "results/preflight"
 PREFLIGHT_CAT = "preflight"
 PREFLIGHT_MODE = preflight_mode(config["preflight"])  # off, all or sample
 PREFLIGHT_SAMPLE = PREFLIGHT_MODE == "sample"
+# (mem_mb, runtime) of the preflight job, computed once and only when the preflight runs
+PREFLIGHT_REQUEST = (
+    preflight_request(config, GRID, PREFLIGHT_SAMPLE, bool(GPU)) if PREFLIGHT_MODE != "off" else (0, 0)
+)
 
 
 rule preflight:
@@ -24,8 +28,8 @@ rule preflight:
         "logs/preflight.log",
     resources:
         gpu=GPU,
-        mem_mb=lambda wildcards: preflight_request(config, GRID, PREFLIGHT_SAMPLE, bool(GPU))[0],
-        runtime=lambda wildcards: preflight_request(config, GRID, PREFLIGHT_SAMPLE, bool(GPU))[1],
+        mem_mb=PREFLIGHT_REQUEST[0],
+        runtime=PREFLIGHT_REQUEST[1],
     conda:
         CONDA_ENV
     script:
