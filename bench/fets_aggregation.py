@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -34,18 +35,21 @@ SETTINGS = [
 ]
 
 
-def _time(fn, repeats: int) -> float:
-    times = []
+def _interleaved(timers: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median seconds of each timer, the timers run round-robin `repeats` times so that the
+    machine's drift hits them all alike."""
+    times: dict[str, list[float]] = {label: [] for label in timers}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for label, fn in timers.items():
+            start = time.perf_counter()
+            fn()
+            times[label].append(time.perf_counter() - start)
+    return {label: statistics.median(ts) for label, ts in times.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--collaborators", type=int, default=6)
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -63,22 +67,24 @@ def main() -> None:
     def one_pass() -> float:
         return float(sum(np.add.reduce(t, axis=None) for _, s, _ in local for t in s.values()))
 
-    base = _time(one_pass, args.repeats)
-    print(
-        f"model: {n_params / 1e6:.1f} M parameters, {len(glob)} tensors, "
-        f"{args.collaborators} collaborators, float32"
-    )
-    print(f"{'aggregator':<24}{'s/round':>10}{'x one pass':>12}")
-    print(f"{'one pass (read all)':<24}{base:>10.3f}{1.0:>12.2f}")
+    timers: dict[str, Callable[[], object]] = {"one pass (read all)": one_pass}
     source, numpy_rng = noise_generator(0), np.random.default_rng(0)
     for label, rng in (("noise draw (d normals)", source), ("numpy normals", numpy_rng)):
-        noise = _time(lambda rng=rng: rng.standard_normal(n_params, dtype=np.float32),
-                      args.repeats)  # fmt: skip
-        print(f"{label:<24}{noise:>10.3f}{noise / base:>12.2f}")
+        timers[label] = lambda rng=rng: rng.standard_normal(n_params, dtype=np.float32)
     for aggregator, mode, eps in SETTINGS:
         server = Server(ServerConfig(aggregator, mode, eps, 1e-5, 100.0, "l2", "analytic", 0))
-        seconds = _time(lambda server=server: server.aggregate(glob, local, 1), args.repeats)
-        print(f"{aggregator + '/' + mode:<24}{seconds:>10.3f}{seconds / base:>12.2f}")
+        timers[f"{aggregator}/{mode}"] = lambda s=server: s.aggregate(glob, local, 1)
+    for fn in timers.values():  # warm-up: kernels compiled or loaded, buffers touched
+        fn()
+    seconds = _interleaved(timers, args.repeats)
+    base = seconds["one pass (read all)"]
+    print(
+        f"model: {n_params / 1e6:.1f} M parameters, {len(glob)} tensors, "
+        f"{args.collaborators} collaborators, float32, {args.repeats} interleaved repeats"
+    )
+    print(f"{'aggregator':<24}{'s/round':>10}{'x one pass':>12}")
+    for label, value in seconds.items():
+        print(f"{label:<24}{value:>10.3f}{value / base:>12.2f}")
 
 
 if __name__ == "__main__":

@@ -20,9 +20,10 @@ from dpmed.data.synthetic import fets as synthetic_fets
 from dpmed.fets import run as fets_run
 from dpmed.fets.aggregation import dp_fedavg, flatten_state
 from dpmed.fets.round_tensors import RoundTensors
-from dpmed.fets.server import Server
-from dpmed.privacy.audit.fets import AuditServer, ScaledNoise, UpdateCanaries
+from dpmed.fets.server import Server, ServerConfig
+from dpmed.privacy.audit.fets import AuditServer, UpdateCanaries
 from dpmed.privacy.audit.runs import AUDIT_FILE, audit_cell, audit_fets_cell, main
+from dpmed.privacy.normals import NormalSource
 from dpmed.runtime import JobContext
 
 # The tiny federation of the fets simulation tests: 3 rounds of 6 of 33 collaborators.
@@ -79,16 +80,19 @@ def test_draw_picks_distinct_coordinates_and_about_half_included():
 
 
 def test_scaled_noise_scales_the_servers_draws():
-    base = np.random.default_rng(3).standard_normal(5, dtype=np.float32)
-    scaled = ScaledNoise(np.random.default_rng(3), 0.1).standard_normal(5, dtype=np.float32)
-    assert scaled.dtype == np.float32 and np.allclose(scaled, 0.1 * base)
+    base = NormalSource(3).standard_normal(5, dtype=np.float32)
+    scaled = NormalSource(3).scaled(0.1).standard_normal(5, dtype=np.float32)
+    assert scaled.dtype == np.float32 and np.allclose(scaled, 0.1 * base, rtol=1e-6)
     updates = np.zeros((4, 5), dtype=np.float32)
     assert issubclass(AuditServer, Server)  # the real server, its generator scaled
-    plain = dp_fedavg(RoundTensors.rows(updates), 1.0, 2.0, np.random.default_rng(5))[""]
-    quiet = dp_fedavg(
-        RoundTensors.rows(updates), 1.0, 2.0, ScaledNoise(np.random.default_rng(5), 0.0)
-    )[""]
+    plain = dp_fedavg(RoundTensors.rows(updates), 1.0, 2.0, NormalSource(5))[""]
+    quiet = dp_fedavg(RoundTensors.rows(updates), 1.0, 2.0, NormalSource(5).scaled(0.0))[""]
     assert np.abs(plain).sum() > 0 and not quiet.any()
+    server = AuditServer(
+        ServerConfig("dp_fedavg", "sound", 1.0, 1e-5, 1.0, "l2", "analytic", 0), 0.5
+    )
+    want = 0.5 * Server(server.cfg).generator(2).standard_normal(4)
+    assert np.allclose(server.generator(2).standard_normal(4), want)
 
 
 def test_canaries_reach_the_real_server_as_more_collaborators(processed):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from dpmed import parallel
 from dpmed.fets import aggregation as agg
 from dpmed.fets import round_tensors as rt
 from dpmed.privacy import normals
@@ -92,7 +93,7 @@ def test_normal_source_is_reproducible_and_fresh_per_call(monkeypatch):
     a, b = first.standard_normal(10_500), first.standard_normal(10_500)
     again = normals.NormalSource(7).standard_normal(10_500)
     assert np.array_equal(a, again) and not np.allclose(a, b)
-    monkeypatch.setattr(normals, "_pool", lambda: ThreadPoolExecutor(1))  # one thread
+    monkeypatch.setattr(parallel, "pool", lambda: ThreadPoolExecutor(1))  # one thread
     assert np.array_equal(normals.NormalSource(7).standard_normal(10_500), a)
     f32 = normals.NormalSource(7).standard_normal((3, 5), dtype=np.float32)
     assert f32.dtype == np.float32 and f32.shape == (3, 5)
@@ -122,3 +123,69 @@ def test_normal_source_works_in_a_forked_child():
     child.join(60)
     assert not child.is_alive(), "the child hung on the parent's thread pool"
     assert np.allclose(queue.get(timeout=5), want)
+
+
+def _model(rng, sizes, n, dtype=np.float32):
+    """n local states and a global state of float tensors of `sizes`, updates ~1e-2."""
+    glob = {f"t{i}": rng.standard_normal(size).astype(dtype) for i, size in enumerate(sizes)}
+    local = [
+        {k: (v + 1e-2 * rng.standard_normal(v.size)).astype(dtype) for k, v in glob.items()}
+        for _ in range(n)
+    ]
+    return glob, local
+
+
+def test_float32_gram_over_many_sub_blocks_matches_float64(monkeypatch):
+    """Tensors longer than a kernel sub-block (1,024 columns) and a pass block, cut across
+    tensors: float32 arithmetic, float64 reference."""
+    monkeypatch.setattr(rt, "BLOCK", 3000)
+    glob, local = _model(np.random.default_rng(4), [5000, 2500, 7], 5)
+    per_tensor = [
+        _basis([s[k].astype(np.float64) for s in local], glob[k].astype(np.float64)) for k in glob
+    ]
+    basis = np.stack([np.concatenate([b[i] for b in per_tensor]) for i in range(6)])
+    gram = rt.RoundTensors.updates(glob, local).gram()
+    assert np.allclose(gram, basis @ basis.T, rtol=1e-5, atol=1e-6 * np.abs(gram).max())
+
+
+def test_combine_with_a_normal_draw_equals_combine_with_the_drawn_array(monkeypatch):
+    """The noise filled block by block is the draw's array, block boundaries cutting tensors."""
+    monkeypatch.setattr(normals, "BLOCK", 1000)
+    glob, local = _model(np.random.default_rng(5), [1500, 2700, 3], 4)
+    updates = rt.RoundTensors.updates(glob, local)
+    beta = [0.1, 0.2, 0.3, 0.4]
+    draw = normals.NormalSource(3).draw(updates.size, np.float32)
+    array = normals.NormalSource(3).standard_normal(updates.size, dtype=np.float32)
+    fused, stored = updates.combine(beta, draw, 0.5), updates.combine(beta, array, 0.5)
+    assert all(np.array_equal(fused[k], stored[k]) for k in glob)
+    flat = np.concatenate([fused[k] for k in glob]) - np.concatenate(
+        [updates.combine(beta)[k] for k in glob]
+    )
+    assert np.allclose(flat, 0.5 * array, atol=1e-5)
+    with pytest.raises(ValueError, match="noise has 10 values"):
+        updates.combine(beta, np.zeros(10, np.float32), 0.5)
+
+
+def test_passes_give_the_same_bytes_on_one_thread_and_on_the_pool(monkeypatch):
+    monkeypatch.setattr(rt, "BLOCK", 500)
+    monkeypatch.setattr(normals, "BLOCK", 700)
+    glob, local = _model(np.random.default_rng(6), [4000, 1234], 6)
+    updates = rt.RoundTensors.updates(glob, local)
+
+    def passes():
+        draw = normals.NormalSource(9).draw(updates.size, np.float32)
+        return updates.gram(), updates.combine(np.full(6, 1 / 6), draw, 0.1)
+
+    gram, combined = passes()
+    monkeypatch.setattr(parallel, "pool", lambda: ThreadPoolExecutor(1))
+    gram1, combined1 = passes()
+    assert np.array_equal(gram, gram1)
+    assert all(np.array_equal(combined[k], combined1[k]) for k in glob)
+
+
+def test_a_normal_draw_fills_only_its_own_block_shape():
+    draw = normals.NormalSource(1).draw(10, np.float32)
+    with pytest.raises(ValueError, match="block 0 is 10 float32 values"):
+        draw.fill(0, np.empty(9, np.float32))
+    with pytest.raises(ValueError, match="float16"):
+        normals.NormalSource(1).draw(3, np.float16)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpmed.fets.round_tensors import RoundTensors, TensorGroup, ones, squared_norms, vectors
+from dpmed.privacy.normals import NormalDraw, NormalSource
 from dpmed.registry import Registry
 
 if TYPE_CHECKING:
@@ -246,14 +247,16 @@ def similarity_weights(
     return w_hat / (EPS_SAFE + w_hat.sum())
 
 
-def normals(rng: Any, size: int | tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
-    """Standard normals of `size` for a mechanism (Algorithm 2 step 2), from `rng`'s
-    `standard_normal` (`dpmed.fets.server.noise_generator`), in `dtype` when it is float32 or
-    float64, else float64."""
+def normals(rng: Any, size: int, dtype: np.dtype | type) -> np.ndarray | NormalDraw:
+    """`size` standard normals for a mechanism (Algorithm 2 step 2) in `dtype` when it is
+    float32 or float64, else float64: from a `NormalSource` (`dpmed.fets.server.noise_generator`)
+    a `NormalDraw` that `combine` fills block by block; from any other generator, its
+    `standard_normal` array."""
     dtype = np.dtype(dtype)
-    return rng.standard_normal(
-        size, dtype=dtype if dtype in (np.float32, np.float64) else np.float64
-    )
+    dtype = dtype if dtype in (np.float32, np.float64) else np.dtype(np.float64)
+    if isinstance(rng, NormalSource):
+        return rng.draw(size, dtype)
+    return rng.standard_normal(size, dtype=dtype)
 
 
 def _normalised(weights: Sequence[float]) -> np.ndarray:
@@ -333,7 +336,7 @@ def dp_simagg_paper_tensor(
         delta_f = float(clip_norm)  # line 26
         branch = "other"
     sigma = classic_sigma(delta_f, epsilon0, delta0)  # Algorithm 2 step 1
-    noisy = group.combine(beta, normals(rng, group.shape, group.dtype), sigma)
+    noisy = group.combine(beta, normals(rng, group.size, group.dtype), sigma)
     z = math.sqrt(2.0 * math.log(1.25 / delta0)) / epsilon0  # σ/Δf of the classic σ
     return noisy, MechanismInfo(tensor_name, delta_f, sigma, branch, z)
 

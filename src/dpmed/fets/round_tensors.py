@@ -6,35 +6,52 @@ against the global tensor o), only inner products — norms for clipping, distan
 1's Δf — and then one weighted combination o + Σ β_i v_i (+ σ·z). So a round reads the local
 tensors twice, whatever the rule:
 
-1. `TensorGroup.gram`: the float64 Gram matrix G of the basis b_0 = x_0 − o, b_i = x_i − x_0,
-   b_n = 1. Every vector a rule looks at is a combination Σ_k a_k b_k, and its squared norm
-   is aᵀGa (`squared_norms`).
-2. `TensorGroup.combine`: o + Σ β_i v_i + σ·z.
+1. `gram`: the float64 Gram matrix G of the basis b_0 = x_0 − o, b_i = x_i − x_0, b_n = 1.
+   Every vector a rule looks at is a combination Σ_k a_k b_k, and its squared norm is aᵀGa
+   (`squared_norms`).
+2. `combine`: o + Σ β_i v_i + σ·z.
 
-Both walk the tensors in column blocks of `BLOCK` values, so the model is never copied as an
-(n, d) array: each collaborator's block is read once into a buffer that stays in cache and the
-products run there (BLAS dot / gemv). Block statistics are summed in float64, in block order.
-One thread: on the 2-core machine this was measured on, a second thread made the passes slower
-(they are bound by memory bandwidth).
+Both walk the model (its tensors in key order, as one flat index space) in blocks of `BLOCK`
+columns, run by the block threads (`dpmed.parallel`); inside a block, the compiled kernels of
+`dpmed.fets.block_kernels` read each column of the n local tensors once. No (n, d) copy and
+no float64 copy of the model is made: block Gram entries are summed in float64, in block
+order, so the result does not depend on the number of threads. A noise draw from
+`dpmed.privacy.normals.NormalSource.draw` is filled block by block into a per-block buffer
+and added there (the blocks then follow the draw's own blocks), so the d noise values are never
+stored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
 
 import numpy as np
 
-BLOCK = 1 << 16  # values per column block and collaborator (measured best of 2^14..2^19)
+from dpmed import parallel
+from dpmed.privacy.normals import NormalDraw
+
+BLOCK = 1 << 18  # columns per block without noise: 27 blocks for the 7 M-value tensors
+Noise = np.ndarray | NormalDraw
+
+
+def _work_dtype(dtype: np.dtype) -> np.dtype:
+    """The kernels' arithmetic: float32 for float32 and narrower tensors, else float64."""
+    return np.dtype(np.float32 if dtype.itemsize <= 4 else np.float64)
 
 
 @dataclass(frozen=True)
 class TensorGroup:
-    """The n local arrays of one tensor (flattened) and its origin o (None: o = 0)."""
+    """The n local arrays of one tensor, flattened and contiguous in the arithmetic dtype, and
+    its origin o (None: o = 0). `dtype` is the result dtype (the inputs' common type)."""
 
     arrays: tuple[np.ndarray, ...]
     origin: np.ndarray | None
     shape: tuple[int, ...]
+    dtype: np.dtype
 
     @classmethod
     def of(cls, arrays: Sequence[np.ndarray], origin: np.ndarray | None = None) -> TensorGroup:
@@ -44,12 +61,21 @@ class TensorGroup:
         for a in arrays:
             if a.shape != shape:
                 raise ValueError(f"local tensor shape {a.shape} != {shape}")
+        parts = list(arrays)
         if origin is not None:
             origin = np.asarray(origin)
             if origin.shape != shape:
                 raise ValueError(f"local tensor shape {shape} != global {origin.shape}")
-            origin = origin.reshape(-1)
-        return cls(tuple(a.reshape(-1) for a in arrays), origin, shape)
+            parts.append(origin)
+        dtype = np.result_type(*parts)
+        work = _work_dtype(dtype)
+
+        def flat(a: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(a.reshape(-1), dtype=work)
+
+        return cls(
+            tuple(flat(a) for a in arrays), None if origin is None else flat(origin), shape, dtype
+        )
 
     @property
     def n(self) -> int:
@@ -61,15 +87,14 @@ class TensorGroup:
         """Values per collaborator."""
         return self.arrays[0].size
 
-    @property
-    def dtype(self) -> np.dtype:
-        """The dtype of the arithmetic and of the result."""
-        parts = self.arrays if self.origin is None else (*self.arrays, self.origin)
-        return np.result_type(*parts)
+    @cached_property
+    def kernel_args(self) -> tuple[Any, np.ndarray, bool]:
+        """(arrays as a numba typed list, origin, has origin) as the `dpmed.fets.block_kernels`
+        kernels take them."""
+        from numba.typed import List  # numba: imported on first use, like the kernels
 
-    def _blocks(self) -> Iterator[slice]:
-        for start in range(0, self.size, BLOCK):
-            yield slice(start, min(start + BLOCK, self.size))
+        origin = np.empty(0, self.arrays[0].dtype) if self.origin is None else self.origin
+        return List(self.arrays), origin, self.origin is not None
 
     def gram(self, full: bool = True) -> np.ndarray:
         """(n + 1, n + 1) float64 Gram matrix of the basis b_0 = x_0 − o, b_i = x_i − x_0
@@ -77,59 +102,27 @@ class TensorGroup:
         means distances between nearly equal weight tensors are not lost to cancellation
         against their norms. `full=False` computes only what the norms of the v_i need
         (G_00, G_0i, G_ii; the other entries are NaN)."""
-        n, dtype = self.n, self.dtype
-        pairs = [(i, j) for i in range(n) for j in range(i, n) if full or i in (0, j)]
-        b = np.empty((n, min(self.size, BLOCK)), dtype=dtype)
-        ones_block = np.ones(b.shape[1], dtype=dtype)
-        total = np.zeros((n + 1, n + 1))
-        for cols in self._blocks():
-            width = cols.stop - cols.start
-            block = b[:, :width]
-            x0 = self.arrays[0][cols]
-            if self.origin is None:
-                np.copyto(block[0], x0)
-            else:
-                np.subtract(x0, self.origin[cols], out=block[0])
-            for row, a in zip(block[1:], self.arrays[1:], strict=True):
-                np.subtract(a[cols], x0, out=row)
-            for i, j in pairs:
-                total[i, j] += np.dot(block[i], block[j])
-            if full:
-                total[:n, n] += block @ ones_block[:width]
-        total[n, n] = self.size
-        if not full:
-            mask = np.zeros_like(total, dtype=bool)
-            mask[tuple(zip(*pairs, strict=True))] = True
-            total[~(mask | mask.T)] = np.nan
-        return np.triu(total) + np.triu(total, 1).T
+        return RoundTensors({"": self}).gram(full)
 
     def combine(
-        self, beta: Sequence[float], noise: np.ndarray | None = None, sigma: float = 0.0
+        self, beta: Sequence[float], noise: Noise | None = None, sigma: float = 0.0
     ) -> np.ndarray:
-        """o + Σ β_i v_i (+ σ·noise, `noise` of the tensor's size) in the group's dtype."""
-        dtype = self.dtype
-        beta = np.asarray(beta, dtype=dtype)
-        out = np.empty(self.size, dtype=dtype)
-        flat_noise = None if noise is None else np.asarray(noise).reshape(-1)
-        v = np.empty((self.n, min(self.size, BLOCK)), dtype=dtype)
-        for cols in self._blocks():
-            block = v[:, : cols.stop - cols.start]
-            for row, a in zip(block, self.arrays, strict=True):
-                if self.origin is None:
-                    np.copyto(row, a[cols])
-                else:
-                    np.subtract(a[cols], self.origin[cols], out=row)
-            piece = out[cols]
-            np.matmul(beta, block, out=piece)
-            if self.origin is not None:
-                piece += self.origin[cols]
-            if flat_noise is not None:
-                piece += dtype.type(sigma) * flat_noise[cols]
-        return out.reshape(self.shape)
+        """o + Σ β_i v_i (+ σ·noise: an array of the tensor's size or a `NormalDraw`)."""
+        return RoundTensors({"": self}).combine(beta, noise, sigma)[""]
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """Columns [start, stop) of group `name`, at offset `at` of their block."""
+
+    name: str
+    start: int
+    stop: int
+    at: int
 
 
 def vectors(n: int) -> np.ndarray:
-    """(n, n + 1) coefficients of v_i = x_i − o in the basis of `TensorGroup.gram`."""
+    """(n, n + 1) coefficients of v_i = x_i − o in the basis of `gram`."""
     a = np.zeros((n, n + 1))
     a[:, 0] = 1.0
     a[np.arange(1, n), np.arange(1, n)] = 1.0
@@ -137,7 +130,7 @@ def vectors(n: int) -> np.ndarray:
 
 
 def ones(n: int) -> np.ndarray:
-    """(n + 1,) coefficients of the all-ones vector in the basis of `TensorGroup.gram`."""
+    """(n + 1,) coefficients of the all-ones vector in the basis of `gram`."""
     e = np.zeros(n + 1)
     e[n] = 1.0
     return e
@@ -193,17 +186,106 @@ class RoundTensors:
         """The dtype of the result."""
         return np.result_type(*(group.dtype for group in self.groups.values()))
 
+    def _blocks(self, width: int) -> Iterator[list[_Piece]]:
+        """The model's flat columns in blocks of `width`, each as its pieces of tensors."""
+        pieces: list[_Piece] = []
+        filled = 0
+        for name, group in self.groups.items():
+            start = 0
+            while start < group.size:
+                stop = min(group.size, start + width - filled)
+                pieces.append(_Piece(name, start, stop, filled))
+                filled += stop - start
+                start = stop
+                if filled == width:
+                    yield pieces
+                    pieces, filled = [], 0
+        if pieces:
+            yield pieces
+
     def gram(self, full: bool = True) -> np.ndarray:
         """The basis Gram matrix of the whole model (`TensorGroup.gram` summed over tensors)."""
-        return sum(group.gram(full) for group in self.groups.values())
+        from dpmed.fets.block_kernels import gram_columns  # compiled or loaded on first use
+
+        n = self.n
+
+        def block_gram(pieces: list[_Piece]) -> np.ndarray:
+            out = np.zeros((n + 1, n + 1))
+            for p in pieces:
+                gram_columns(*self.groups[p.name].kernel_args, full, p.start, p.stop, out)
+            return out
+
+        total = sum(parallel.map_blocks(block_gram, list(self._blocks(BLOCK))))
+        total[n, n] = self.size
+        if not full:
+            keep = np.zeros_like(total, dtype=bool)
+            keep[0, :n] = True
+            keep[np.arange(n), np.arange(n)] = True
+            total[~(keep | keep.T)] = np.nan
+        return np.triu(total) + np.triu(total, 1).T
 
     def combine(
-        self, beta: Sequence[float], noise: np.ndarray | None = None, sigma: float = 0.0
+        self, beta: Sequence[float], noise: Noise | None = None, sigma: float = 0.0
     ) -> dict[str, np.ndarray]:
-        """o + Σ β_i v_i (+ σ·noise, `noise` flat over the model in key order) per tensor."""
-        out, start = {}, 0
-        for name, group in self.groups.items():
-            piece = None if noise is None else noise[start : start + group.size]
-            out[name] = group.combine(beta, piece, sigma)
-            start += group.size
-        return out
+        """o + Σ β_i v_i (+ σ·noise) per tensor; `noise` is flat over the model in key order:
+        an array, or a `NormalDraw` (filled block by block, never stored whole)."""
+        from dpmed.fets.block_kernels import combine_columns  # compiled or loaded on first use
+
+        width, noise_block = _noise_blocks(noise, self.size)
+        outs = {name: np.empty(g.size, dtype=g.arrays[0].dtype) for name, g in self.groups.items()}
+
+        def block_combine(index: int, pieces: list[_Piece]) -> None:
+            z = noise_block(index, sum(p.stop - p.start for p in pieces))
+            for p in pieces:
+                dtype = outs[p.name].dtype
+                piece = np.empty(0, dtype) if z is None else z[p.at : p.at + p.stop - p.start]
+                combine_columns(
+                    *self.groups[p.name].kernel_args,
+                    np.asarray(beta, dtype=dtype),
+                    np.ascontiguousarray(piece, dtype=dtype),
+                    dtype.type(sigma),
+                    p.start,
+                    p.stop,
+                    outs[p.name],
+                )
+
+        blocks = list(self._blocks(width))
+        parallel.map_blocks(block_combine, range(len(blocks)), blocks)
+        return {
+            name: outs[name].reshape(g.shape).astype(g.dtype, copy=False)
+            for name, g in self.groups.items()
+        }
+
+
+_THREAD = threading.local()
+
+
+def _scratch(size: int, dtype: np.dtype) -> np.ndarray:
+    """This thread's noise buffer of `size` values of `dtype` (reused: a fresh buffer per
+    block would be new pages, whose first touch costs more than the fill)."""
+    buffers = _THREAD.__dict__.setdefault("buffers", {})
+    key = (size, np.dtype(dtype))
+    if key not in buffers:
+        buffers[key] = np.empty(size, dtype=dtype)
+    return buffers[key]
+
+
+def _noise_blocks(
+    noise: Noise | None, size: int
+) -> tuple[int, Callable[[int, int], np.ndarray | None]]:
+    """(block width, block index × length → that block's noise values or None) of a noise
+    argument of `combine`; a `NormalDraw` sets the blocks to its own."""
+    if noise is None:
+        return BLOCK, lambda index, length: None
+    if noise.size != size:
+        raise ValueError(f"the noise has {noise.size} values, the model {size}")
+    if isinstance(noise, NormalDraw):
+
+        def fill(index: int, length: int) -> np.ndarray:
+            z = _scratch(noise.block, noise.dtype)[:length]
+            noise.fill(index, z)
+            return z
+
+        return noise.block, fill
+    flat = np.asarray(noise).reshape(-1)
+    return BLOCK, lambda index, length: flat[index * BLOCK : index * BLOCK + length]

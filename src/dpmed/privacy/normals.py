@@ -2,60 +2,90 @@
 
 A DP aggregation round adds one normal per model parameter (33 M for the FeTS U-Net), so the
 draw is the floor of every private aggregator. numpy's ziggurat draws float32 normals at about
-9 ns each on one core; torch's CPU `normal_` (vectorised Box–Muller) at about 3 ns. Here a draw
+9–13 ns each on one core; torch's CPU `normal_` (vectorised Box–Muller) at about 3–7 ns. A draw
 is cut into fixed blocks of `BLOCK` values, each filled by its own torch generator whose 64-bit
-seed comes from a numpy `SeedSequence` (one child sequence per call), and the blocks are filled
-by a thread pool. The values depend only on the entropy and the call order, never on the number
-of threads, so a seeded simulation is reproducible on any machine with the same torch.
+seed comes from a numpy `SeedSequence` (one child sequence per draw), and the blocks are filled
+by the block threads (`dpmed.parallel`). The values depend only on the entropy and the draw
+order, never on the number of threads, so a seeded simulation is reproducible on any machine
+with the same torch.
+
+A draw need not be materialised: `NormalSource.draw` returns a `NormalDraw` whose blocks a
+consumer fills one at a time into a small buffer (`dpmed.fets.round_tensors` adds them to the
+aggregate block by block), so a 33 M-value draw never allocates, writes and re-reads a
+d-sized noise array.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from functools import cache
+from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-BLOCK = 1 << 20  # values per block: one torch generator each
+from dpmed import parallel
 
-
-@cache
-def _pool() -> ThreadPoolExecutor:
-    """The block-filling threads (torch releases the GIL while it fills)."""
-    return ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, torch.get_num_threads())))
+BLOCK = 1 << 16  # values per block: one torch generator each
+DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-os.register_at_fork(after_in_child=_pool.cache_clear)  # a forked child has no pool threads
+@dataclass(frozen=True)
+class NormalDraw:
+    """One draw of `size` i.i.d. N(0, scale²) values in `dtype`, as blocks of `block` values
+    (the last one partial) with one generator seed each."""
 
+    size: int
+    dtype: np.dtype
+    block: int
+    seeds: np.ndarray
+    scale: float = 1.0
 
-def _fill(block: torch.Tensor, seed: int) -> None:
-    block.normal_(generator=torch.Generator().manual_seed(seed))
+    def fill(self, index: int, out: np.ndarray) -> None:
+        """Write block `index` (values [index·block, index·block + len(out))) into `out`, a
+        contiguous 1-D array of `dtype` as long as the block."""
+        expected = min(self.block, self.size - index * self.block)
+        if out.dtype != self.dtype or out.shape != (expected,):
+            raise ValueError(f"block {index} is {expected} {self.dtype} values, got {out.shape}")
+        import torch  # imported on first use: the aggregation registry is read without torch
+
+        generator = torch.Generator().manual_seed(int(self.seeds[index]))
+        torch.from_numpy(out).normal_(0.0, self.scale, generator=generator)
+
+    def array(self, shape: int | tuple[int, ...] | None = None) -> np.ndarray:
+        """The whole draw as an array of `shape` (default: flat), blocks filled in parallel."""
+        out = np.empty(self.size, dtype=self.dtype)
+        starts = range(0, self.size, self.block)
+        parallel.map_blocks(
+            self.fill, range(len(starts)), [out[s : s + self.block] for s in starts]
+        )
+        return out.reshape(self.size if shape is None else shape)
 
 
 class NormalSource:
-    """Standard normals in blocks from a `SeedSequence` of `entropy` (an int or ints); the
-    drop-in for `numpy.random.Generator.standard_normal` that the fets rules call."""
+    """Standard normals (times `scale`) in blocks from a `SeedSequence` of `entropy` (an int or
+    ints); the drop-in for `numpy.random.Generator.standard_normal` that the fets rules call."""
 
-    def __init__(self, entropy: int | Sequence[int]) -> None:
+    def __init__(self, entropy: int | Sequence[int], scale: float = 1.0) -> None:
         self._seq = np.random.SeedSequence(entropy)
+        self.scale = float(scale)
+
+    def scaled(self, factor: float) -> NormalSource:
+        """A source of the same seed sequence whose values are multiplied by `factor`."""
+        out = NormalSource.__new__(NormalSource)
+        out._seq, out.scale = self._seq, self.scale * factor
+        return out
+
+    def draw(self, size: int, dtype: np.dtype | type = np.float64) -> NormalDraw:
+        """The next draw of `size` values in `dtype` (float32 or float64), not yet filled."""
+        dtype = np.dtype(dtype)
+        if dtype not in DTYPES:
+            raise ValueError(f"normals are drawn in float32 or float64, not {dtype}")
+        blocks = -(-size // BLOCK)
+        seeds = self._seq.spawn(1)[0].generate_state(blocks, np.uint64)
+        return NormalDraw(int(size), dtype, BLOCK, seeds, self.scale)
 
     def standard_normal(
         self, size: int | tuple[int, ...] = (), dtype: np.dtype | type = np.float64
     ) -> np.ndarray:
-        """An array of `size` i.i.d. N(0, 1) values in `dtype` (float32 or float64)."""
-        dtype = np.dtype(dtype)
-        if dtype not in (np.float32, np.float64):
-            raise ValueError(f"normals are drawn in float32 or float64, not {dtype}")
-        out = np.empty(size, dtype=dtype)
-        flat = torch.from_numpy(out.reshape(-1))
-        starts = range(0, flat.numel(), BLOCK)
-        seeds = self._seq.spawn(1)[0].generate_state(len(starts), np.uint64)
-        blocks = [flat[s : s + BLOCK] for s in starts]
-        if len(blocks) == 1:
-            _fill(blocks[0], int(seeds[0]))
-        else:
-            list(_pool().map(_fill, blocks, (int(s) for s in seeds)))
-        return out
+        """An array of `size` i.i.d. N(0, scale²) values in `dtype` (float32 or float64)."""
+        shape = (size,) if isinstance(size, int) else tuple(size)
+        return self.draw(int(np.prod(shape)), dtype).array(shape)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -32,6 +32,9 @@ from dpmed.privacy.audit.bound import best_audit
 from dpmed.privacy.audit.cell import CellAudit, audit_generator
 from dpmed.privacy.audit.settings import require_setting
 from dpmed.runtime import JobContext
+
+if TYPE_CHECKING:
+    from dpmed.privacy.normals import NormalSource
 
 
 @dataclass(frozen=True)
@@ -83,18 +86,6 @@ class UpdateCanaries:
         return delta[self.coordinates]
 
 
-class ScaledNoise:
-    """A noise generator whose standard normals are multiplied by `scale` (the fets rules draw
-    their noise only through `standard_normal`, `dpmed.fets.aggregation.normals`)."""
-
-    def __init__(self, rng: np.random.Generator, scale: float) -> None:
-        self.rng, self.scale = rng, scale
-
-    def standard_normal(self, *args: Any, **kwargs: Any) -> np.ndarray:
-        draw = self.rng.standard_normal(*args, **kwargs)
-        return draw * draw.dtype.type(self.scale)
-
-
 class AuditServer(Server):
     """The cell's `Server` with every noise draw scaled by `noise_scale`."""
 
@@ -102,8 +93,8 @@ class AuditServer(Server):
         super().__init__(cfg)
         self.noise_scale = noise_scale
 
-    def generator(self, fl_round: int) -> Any:
-        return ScaledNoise(super().generator(fl_round), self.noise_scale)
+    def generator(self, fl_round: int) -> NormalSource:
+        return super().generator(fl_round).scaled(self.noise_scale)
 
 
 def audit_fets_cell(
