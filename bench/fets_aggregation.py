@@ -1,14 +1,16 @@
 """Aggregation time per round for the paper's 33 M-parameter 3D residual U-Net, 6 collaborators,
 CPU, against one in-memory pass over the same tensors.
 
-    PYTHONPATH=src python bench/fets_aggregation.py [--repeats 3]
+    PYTHONPATH=src python bench/fets_aggregation.py [--repeats 7]
 
-"one pass" = reading every local tensor of the round once (a sum over each), the floor any
-aggregator that looks at all tensors must pay; "noise draw" = drawing the d Gaussian values one
-DP round adds with the server's noise generator (`dpmed.privacy.normals`), the floor of any DP
-aggregator on top of its passes; "numpy normals" = the same draw with numpy's float32 ziggurat,
-for comparison. Each aggregator runs through `Server.aggregate`,
-the code path of the simulation (weights normalised, noise drawn, state rebuilt).
+"one pass" = reading every local tensor of the round once (a single-threaded sum over each),
+the floor any aggregator that looks at all tensors must pay; "noise draw" = drawing the d
+Gaussian values one DP round adds with the server's noise generator (`dpmed.privacy.normals`)
+into a new array (the DP modes themselves fill the noise block by block and never store it);
+"numpy normals" = the same draw with numpy's float32 ziggurat, for comparison. Each aggregator
+runs through `Server.aggregate`, the code path of the simulation (weights normalised, noise
+drawn, state rebuilt). Every timer runs once per repeat, round-robin, so that the machine's
+drift reaches all of them alike; the medians are printed.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The empirical privacy audit's table and figure (issue 17): every audit.json of the
+"""The empirical privacy audit's table and figure: every audit.json of the
 `privacy_audit` rule, claimed ε beside the measured lower bound.
 
 The lower bound is that of the one-run audit (Steinke, Nasr & Jagielski 2023,

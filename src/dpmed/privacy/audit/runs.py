@@ -1,5 +1,5 @@
-"""One audited training run of a private seg, xcal or fets grid cell (issue 17: a measured ε
-lower bound beside the claimed ε): the dispatcher and command line.
+"""One audited training run of a private seg, xcal or fets grid cell (a measured ε lower bound
+beside the claimed ε): the dispatcher and command line.
 
 The cell trains through its study's own code path with canaries added, then `best_audit` turns
 the canaries' scores into the one-run lower bound (`dpmed.privacy.audit.bound`) at the run's δ.
