@@ -16,7 +16,7 @@ columns, run by the block threads (`dpmed.parallel`); inside a block, the compil
 `dpmed.fets.block_kernels` read each column of the n local tensors once. No (n, d) copy and
 no float64 copy of the model is made: block Gram entries are summed in float64, in block
 order, so the result does not depend on the number of threads. A noise draw from
-`dpmed.privacy.normals.NormalSource.draw` is filled block by block into a per-block buffer
+`dpmed.privacy.normals.NormalSource.draw` is filled block by block into a per-thread buffer
 and added there (the blocks then follow the draw's own blocks), so the d noise values are never
 stored.
 """
