@@ -233,17 +233,23 @@ class RoundTensors:
 
         width, noise_block = _noise_blocks(noise, self.size)
         outs = {name: np.empty(g.size, dtype=g.arrays[0].dtype) for name, g in self.groups.items()}
+        # β and σ in each arithmetic dtype, converted once rather than per piece
+        scalars = {
+            dt: (np.asarray(beta, dtype=dt), dt.type(sigma))
+            for dt in {o.dtype for o in outs.values()}
+        }
 
         def block_combine(index: int, pieces: list[_Piece]) -> None:
             z = noise_block(index, sum(p.stop - p.start for p in pieces))
             for p in pieces:
                 dtype = outs[p.name].dtype
                 piece = np.empty(0, dtype) if z is None else z[p.at : p.at + p.stop - p.start]
+                betas, sigma_t = scalars[dtype]
                 combine_columns(
                     *self.groups[p.name].kernel_args,
-                    np.asarray(beta, dtype=dtype),
+                    betas,
                     np.ascontiguousarray(piece, dtype=dtype),
-                    dtype.type(sigma),
+                    sigma_t,
                     p.start,
                     p.stop,
                     outs[p.name],
