@@ -112,18 +112,18 @@ NOISE_OS_ENTROPY = "os-entropy"
 
 
 def secure_generator() -> NormalSource:
-    """A noise generator nobody can regenerate: a `NormalSource` (torch's Mersenne Twister per
+    """A noise generator nobody can regenerate: a `NormalSource` (a Philox4x32-10 stream per
     block, `dpmed.privacy.normals`) whose seed sequence starts from 128 fresh bits of the OS
     CSPRNG (`secrets`, i.e. os.urandom), a new seed per call.
 
     Secure enough here because the threat is recomputing the noise: the 128-bit entropy cannot
-    be guessed or searched, and a fresh one per release means no stream is reused. The block
-    generators are not CSPRNGs (their state can be recovered from enough *raw* outputs), but
+    be guessed or searched, and a fresh one per release means no stream is reused. Philox is
+    not a CSPRNG (its 64-bit block keys could be searched given enough *raw* outputs), but
     the noise is never released alone, only added to the aggregate. Floating-point attacks on
     Gaussian sampling (Mironov 2012) are not addressed; torchcsprng / Opacus secure_mode is
     not installed.
     """
-    from dpmed.privacy.normals import NormalSource  # torch: imported on first use
+    from dpmed.privacy.normals import NormalSource  # imported on first use
 
     return NormalSource(secrets.randbits(128))
 
