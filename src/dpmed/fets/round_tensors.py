@@ -27,7 +27,6 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
 import numpy as np
 
@@ -88,13 +87,10 @@ class TensorGroup:
         return self.arrays[0].size
 
     @cached_property
-    def kernel_args(self) -> tuple[Any, np.ndarray, bool]:
-        """(arrays as a numba typed list, origin, has origin) as the `dpmed.fets.block_kernels`
-        kernels take them."""
-        from numba.typed import List  # numba: imported on first use, like the kernels
-
+    def kernel_args(self) -> tuple[tuple[np.ndarray, ...], np.ndarray, bool]:
+        """(arrays, origin, has origin) as the `dpmed.fets.block_kernels` kernels take them."""
         origin = np.empty(0, self.arrays[0].dtype) if self.origin is None else self.origin
-        return List(self.arrays), origin, self.origin is not None
+        return self.arrays, origin, self.origin is not None
 
     def gram(self, full: bool = True) -> np.ndarray:
         """(n + 1, n + 1) float64 Gram matrix of the basis b_0 = x_0 − o, b_i = x_i − x_0
@@ -222,7 +218,9 @@ class RoundTensors:
             keep[0, :n] = True
             keep[np.arange(n), np.arange(n)] = True
             total[~(keep | keep.T)] = np.nan
-        return np.triu(total) + np.triu(total, 1).T
+        symmetric = total + total.T  # the kernels fill the upper triangle
+        np.fill_diagonal(symmetric, np.diag(total))
+        return symmetric
 
     def combine(
         self, beta: Sequence[float], noise: Noise | None = None, sigma: float = 0.0
