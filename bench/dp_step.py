@@ -12,6 +12,9 @@ processes hits all of them alike; the median step per engine and its ratio to th
 median are printed. Absolute times on a shared machine are noisy, the ratios much less so.
 Memory: on CUDA the peak `max_memory_allocated` of one step above the allocation before it; on
 CPU the peak RSS of two steps above the RSS before them, each engine in a fresh subprocess.
+The process keeps freed memory as every job does (`dpmed.allocator`); `--system-allocator`
+measures with glibc's default instead, where each large CPU tensor is fresh, page-faulting
+memory and the DP steps, which allocate more, pay the most for it.
 
 Sizes: the paper's seg sizes (224² batch 8, Inf-Net 352² batch 24; width 32, depth 4) and the
 xcal batch 64 at full width; `--quick` uses 64² batch 8 width 16 depth 3 for seg and batch 16
@@ -40,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import TensorDataset
 
+from dpmed.allocator import keep_freed_memory
 from dpmed.models import build_model, model_arguments
 from dpmed.privacy.clipping import ClipRule
 from dpmed.privacy.dpsgd import (
@@ -179,11 +183,12 @@ def cuda_peak_mb(step: Callable[[], None]) -> float:
     return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
-def cpu_peak_mb(cell: dict, engine: str, rule: str) -> float:
+def cpu_peak_mb(cell: dict, engine: str, rule: str, system_allocator: bool) -> float:
     """Peak RSS of two steps above the RSS before them, in a fresh interpreter."""
     spec = json.dumps({"cell": cell, "engine": engine, "rule": rule})
+    extra = ["--system-allocator"] if system_allocator else []
     out = subprocess.run(
-        [sys.executable, __file__, "--memory-cell", spec], capture_output=True, text=True
+        [sys.executable, __file__, "--memory-cell", spec, *extra], capture_output=True, text=True
     )
     if out.returncode:
         return float("nan")
@@ -231,7 +236,7 @@ def measure(cell: dict, args: argparse.Namespace, device: torch.device) -> dict[
         elif device.type == "cuda":
             peak = cuda_peak_mb(step)
         else:
-            peak = cpu_peak_mb(cell, engine, args.rule)
+            peak = cpu_peak_mb(cell, engine, args.rule, args.system_allocator)
         out[engine] = {"ms": 1000 * statistics.median(times[engine]), "peak_mb": peak}
     return out
 
@@ -255,9 +260,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--no-memory", dest="memory", action="store_false")
+    parser.add_argument(
+        "--system-allocator", action="store_true", help="glibc's default, not the jobs' allocator"
+    )
     parser.add_argument("--memory-cell", help=argparse.SUPPRESS)
     args = parser.parse_args()
     warnings.filterwarnings("ignore", category=UserWarning)
+    if not args.system_allocator:
+        keep_freed_memory()
     if args.memory_cell:
         print(memory_cell(json.loads(args.memory_cell)))
         return
@@ -268,7 +278,8 @@ def main() -> None:
     print(
         f"# step time: median of {args.reps} interleaved rounds after {args.warmup} warm-up; "
         f"×: over the non-private median; memory: peak above start; seg rule {args.rule}; "
-        f"{args.threads} thread(s); device {device}; {'quick' if args.quick else 'paper'} sizes"
+        f"{args.threads} thread(s); device {device}; {'quick' if args.quick else 'paper'} sizes; "
+        f"allocator {'glibc default' if args.system_allocator else 'keeps freed memory (jobs)'}"
     )
     print(f"{'cell':34} {'engine':10} {'ms':>9} {'time×':>7} {'peak MB':>9} {'mem×':>6}")
     worst: dict[str, list[tuple[float, str]]] = {"seg": [], "xcal": []}

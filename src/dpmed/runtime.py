@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 import dpmed
+from dpmed.allocator import keep_freed_memory
 from dpmed.checkpoint import CHECKPOINT, Checkpoint, job_identity
 from dpmed.io import write_json
 
@@ -104,8 +105,10 @@ class JobContext:
         return Checkpoint(Path(self.out_dir) / CHECKPOINT, identity)
 
     def start(self) -> torch.device:
-        """Create the run folder, seed every RNG, pick the device."""
+        """Create the run folder, keep freed memory in the process (`dpmed.allocator`), seed
+        every RNG, pick the device."""
         Path(self.out_dir).mkdir(parents=True, exist_ok=True)
+        keep_freed_memory()
         seed_everything(self.seed, self.threads)
         return select_device(self.device)
 
