@@ -8,10 +8,10 @@ the floor any aggregator that looks at all tensors must pay; "noise draw" = draw
 Gaussian values one DP round adds with the server's noise generator (`dpmed.privacy.normals`)
 on the block threads into a reused array (the DP modes themselves fill the noise block by
 block and never store it); "numpy normals" = the same draw with numpy's float32 ziggurat on
-one thread, for comparison. Each aggregator
-runs through `Server.aggregate`, the code path of the simulation (weights normalised, noise
-drawn, state rebuilt). Every timer runs once per repeat, round-robin, so that the machine's
-drift reaches all of them alike; the medians are printed.
+one thread, for comparison. Each aggregator runs through `Server.aggregate`, the code path of
+the simulation (weights normalised, noise drawn, state rebuilt), in a process that keeps freed
+memory as the jobs do (`dpmed.allocator`). Every timer runs once per repeat, round-robin, so
+that the machine's drift reaches all of them alike; the medians are printed.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from dpmed import parallel
+from dpmed.allocator import keep_freed_memory
 from dpmed.fets.aggregation import AGGREGATORS, DP_MODES
 from dpmed.fets.collaborator import state_to_numpy
 from dpmed.fets.server import Server, ServerConfig, noise_generator
@@ -56,6 +57,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--collaborators", type=int, default=6)
     args = parser.parse_args()
+    keep_freed_memory()  # as the simulation's process does (dpmed.runtime.JobContext.start)
     torch.manual_seed(0)
     model = build_model("resunet3d", in_channels=4, n_classes=4, base_filters=32, depth=4)
     n_params = count_parameters(model)
