@@ -24,7 +24,6 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from dpmed import parallel
 from dpmed.allocator import keep_freed_memory
 from dpmed.fets.aggregation import AGGREGATORS, DP_MODES
 from dpmed.fets.collaborator import state_to_numpy
@@ -75,16 +74,9 @@ def main() -> None:
 
     timers: dict[str, Callable[[], object]] = {"one pass (read all)": one_pass}
     source, numpy_rng = noise_generator(0), np.random.default_rng(0)
-    buffers = [np.zeros(n_params, dtype=np.float32) for _ in range(2)]  # touched once, reused
-
-    def noise_draw() -> None:
-        draw = source.draw(n_params, np.float32)
-        starts = range(0, n_params, draw.block)
-        parallel.map_blocks(draw.fill, range(len(starts)),
-                            [buffers[0][s : s + draw.block] for s in starts])  # fmt: skip
-
-    timers["noise draw (d normals)"] = noise_draw
-    timers["numpy normals"] = lambda: numpy_rng.standard_normal(dtype=np.float32, out=buffers[1])
+    noise, numpy_noise = (np.zeros(n_params, dtype=np.float32) for _ in range(2))  # reused
+    timers["noise draw (d normals)"] = lambda: source.draw(n_params, np.float32).fill_all(noise)
+    timers["numpy normals"] = lambda: numpy_rng.standard_normal(dtype=np.float32, out=numpy_noise)
     for aggregator, mode, eps in SETTINGS:
         server = Server(ServerConfig(aggregator, mode, eps, 1e-5, 100.0, "l2", "analytic", 0))
         timers[f"{aggregator}/{mode}"] = lambda s=server: s.aggregate(glob, local, 1)

@@ -52,13 +52,18 @@ class NormalDraw:
         seed = int(self.seeds[index])
         fill_normals(seed & 0xFFFFFFFF, seed >> 32, self.scale, out)
 
-    def array(self, shape: int | tuple[int, ...] | None = None) -> np.ndarray:
-        """The whole draw as an array of `shape` (default: flat), blocks filled in parallel."""
-        out = np.empty(self.size, dtype=self.dtype)
+    def fill_all(self, out: np.ndarray) -> None:
+        """Write the whole draw into `out` (contiguous, flat, `size` values of `dtype`), the
+        blocks filled in parallel."""
         starts = range(0, self.size, self.block)
         parallel.map_blocks(
             self.fill, range(len(starts)), [out[s : s + self.block] for s in starts]
         )
+
+    def array(self, shape: int | tuple[int, ...] | None = None) -> np.ndarray:
+        """The whole draw as a new array of `shape` (default: flat)."""
+        out = np.empty(self.size, dtype=self.dtype)
+        self.fill_all(out)
         return out.reshape(self.size if shape is None else shape)
 
 
