@@ -87,10 +87,13 @@ class TensorGroup:
         return self.arrays[0].size
 
     @cached_property
-    def kernel_args(self) -> tuple[tuple[np.ndarray, ...], np.ndarray, bool]:
-        """(arrays, origin, has origin) as the `dpmed.fets.block_kernels` kernels take them."""
+    def kernel_args(self) -> tuple[Sequence[np.ndarray], np.ndarray, bool]:
+        """(arrays, origin, has origin) as the `dpmed.fets.block_kernels` kernels take them
+        (the arrays a tuple, or a typed list for many collaborators: `kernel_arrays`)."""
+        from dpmed.fets.block_kernels import kernel_arrays  # numba: imported on first use
+
         origin = np.empty(0, self.arrays[0].dtype) if self.origin is None else self.origin
-        return self.arrays, origin, self.origin is not None
+        return kernel_arrays(self.arrays), origin, self.origin is not None
 
     def gram(self, full: bool = True) -> np.ndarray:
         """(n + 1, n + 1) float64 Gram matrix of the basis b_0 = x_0 − o, b_i = x_i − x_0
@@ -133,9 +136,11 @@ def ones(n: int) -> np.ndarray:
 
 
 def squared_norms(coeffs: np.ndarray, gram: np.ndarray) -> np.ndarray:
-    """‖Σ_k a_k b_k‖² (≥ 0) for each row a of `coeffs`, from the basis Gram matrix."""
+    """‖Σ_k a_k b_k‖² (≥ 0) for each row a of `coeffs`, from the basis Gram matrix: a·G·a as
+    one matrix product (BLAS), then row dots. The three-operand einsum looped in C over all
+    (k, l) for each row: 0.24 s a tensor at 506 collaborators (a privacy audit's canaries)."""
     coeffs = np.atleast_2d(coeffs)
-    return np.maximum(np.einsum("ik,kl,il->i", coeffs, gram, coeffs), 0.0)
+    return np.maximum(np.einsum("il,il->i", coeffs @ gram, coeffs), 0.0)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import ndimage
 
 
 def dice_per_class(pred: np.ndarray, gt: np.ndarray, classes: Sequence[int]) -> np.ndarray:
@@ -45,6 +44,8 @@ def dice_per_class(pred: np.ndarray, gt: np.ndarray, classes: Sequence[int]) -> 
 def surface(mask: np.ndarray) -> np.ndarray:
     """Surface of a boolean mask (any ndim): mask XOR its erosion with the face-connected cross;
     outside the array is background."""
+    from scipy import ndimage  # on first use: 0.5–1 s of every seg job's start-up otherwise
+
     cross = ndimage.generate_binary_structure(mask.ndim, 1)
     return mask ^ ndimage.binary_erosion(mask, structure=cross)
 
@@ -63,6 +64,8 @@ def hd95(
         return 0.0
     if not pred.any() or not truth.any():
         return float(np.sqrt(np.sum((np.asarray(pred.shape) * step) ** 2)))
+    from scipy import ndimage
+
     # Cropping to the union's bounding box changes neither surface nor distance: every surface
     # pixel lies inside it and everything outside it is background anyway.
     box = ndimage.find_objects((pred | truth).astype(np.uint8))[0]
