@@ -44,7 +44,7 @@ def dice_per_class(pred: np.ndarray, gt: np.ndarray, classes: Sequence[int]) -> 
 def surface(mask: np.ndarray) -> np.ndarray:
     """Surface of a boolean mask (any ndim): mask XOR its erosion with the face-connected cross;
     outside the array is background."""
-    from scipy import ndimage  # on first use: 0.5–1 s of every seg job's start-up otherwise
+    from scipy import ndimage  # on first use: 0.5–1 s of start-up the attack jobs never need
 
     cross = ndimage.generate_binary_structure(mask.ndim, 1)
     return mask ^ ndimage.binary_erosion(mask, structure=cross)
