@@ -13,8 +13,9 @@ patch, volume, model, ROAD sample); the smallest points have the smoke config's 
 small runs alone extrapolate badly to the paper's sizes (deeper networks, 224² inputs,
 per-sample gradients of large layers), so `--preflight DIR` adds what a preflight measured at
 the configured sizes (`dpmed.preflight.points`: the peak, and the job's time projected from its
-measured seconds per step) as points of each study's training rule, and refits the coefficients
-from the saved points plus those, without rerunning the small cells.
+measured seconds per step) as points of each study's training rule (a cell probed again
+replaces its earlier point), and refits the coefficients from the saved points plus those,
+without rerunning the small cells.
 """
 
 from __future__ import annotations
@@ -216,22 +217,27 @@ def main() -> None:
 
 
 def refit_with_preflight(saved: dict, folders: list[Path]) -> None:
-    """Replace the preflight points of every rule by those of `folders` (a rule they have
-    none of keeps its earlier ones), recompute the small runs' features, and refit every
-    rule's memory and time coefficients over all its points."""
-    found: dict[str, list[dict]] = {}
+    """Add the preflight points of `folders` to the saved ones (a cell probed again replaces
+    its earlier point, so one re-probed cell need not rerun the others), recompute the small
+    runs' features, and refit every rule's memory and time coefficients over all its points."""
+    found: dict[str, dict[str, dict]] = {}
     for folder in folders:
         for rule, rows in cost_points(folder).items():
-            found.setdefault(rule, []).extend(rows)
+            found.setdefault(rule, {}).update((row["cell"], row) for row in rows)
     for rule, entry in saved["rules"].items():
         small = [p for p in entry["points"] if p.get("source") != "preflight"]
         for point in small:
             point["mem"], point["time"] = features_of(rule, point)
-        kept = [p for p in entry["points"] if p.get("source") == "preflight"]
-        entry["points"] = small + (found[rule] if rule in found else kept)
+        new = found.get(rule, {})
+        kept = [p for p in entry["points"] if p.get("source") == "preflight"
+                and p["cell"] not in new]  # fmt: skip
+        entry["points"] = small + kept + list(new.values())
         entry["mem"] = fit(entry["points"], "mem")
         entry["time"] = fit(entry["points"], "time")
-    counts = {rule: len(rows) for rule, rows in found.items()}
+    counts = {
+        rule: sum(p.get("source") == "preflight" for p in entry["points"])
+        for rule, entry in saved["rules"].items()
+    }
     saved["preflight_fit"] = {"date": datetime.date.today().isoformat(), "points": counts}
 
 

@@ -28,13 +28,13 @@ XCAL_MODELS = ("resnet18", "efficientnet_b0")
 RTOL = 1e-6
 
 
-def seg_case(model: str):
-    """A tiny float64 seg network, a batch of 2 16² images and its per-sample loss."""
+def seg_case(model: str, batch: int = 2):
+    """A tiny float64 seg network, a batch of `batch` 16² images and its per-sample loss."""
     torch.manual_seed(0)
     arguments = {"in_channels": 1, "n_classes": 2, "width": 4, "depth": 3}
     net = build_model(model, **model_arguments(model, {**arguments, "deep_supervision": True}))
-    x = torch.randn(2, 1, 16, 16, dtype=torch.float64)
-    y = torch.randint(0, 2, (2, 16, 16))
+    x = torch.randn(batch, 1, 16, 16, dtype=torch.float64)
+    y = torch.randint(0, 2, (batch, 16, 16))
     return net.double(), x, y, lambda out, target: per_sample_loss(out, target)
 
 

@@ -103,7 +103,10 @@ def _seg(config: Mapping[str, Any], wc: Mapping[str, str], hp: Mapping[str, Any]
     total, train = _seg_images(config["data"], dataset)
     architecture = {key: hp[key] for key in SEG_ARCHITECTURE if key in hp}
     params = parameter_count(model, in_channels=1, n_classes=SEG_CLASSES[dataset], **architecture)
-    batch, private = hp["batch_size"], wc["clip"] != "none"
+    private = wc["clip"] != "none"
+    # one forward/backward pass holds at most `physical_batch` images (the seg runner's chunks)
+    batch = min(hp["batch_size"], hp.get("physical_batch") or hp["batch_size"])
+    chunked = batch < hp["batch_size"]
     work = pixels * hp["width"] ** 2 / 1e9
     activations = batch * pixels * hp["width"] / MB
     mem = {
@@ -114,8 +117,9 @@ def _seg(config: Mapping[str, Any], wc: Mapping[str, str], hp: Mapping[str, Any]
         "act_private": activations if private else 0.0,
         "act_adaptive": activations if wc["morph"].startswith("adaptive") else 0.0,
         "host": total * pixels * (FLOAT + 8) / MB,  # images (float32) and masks (int64)
-        # per-sample gradients and their clipped copy, weights, gradient, two Adam moments
-        "device": ((2 * batch if private else 0) + 4) * params * FLOAT / MB,
+        # per-sample gradients and their clipped copy, weights, gradient, two Adam moments;
+        # chunks also keep the batch's clipped and unclipped sums
+        "device": ((2 * batch if private else 0) + 4 + 2 * chunked) * params * FLOAT / MB,
     }
     return {
         "mem": mem,

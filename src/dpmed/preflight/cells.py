@@ -35,7 +35,14 @@ STUDY_RULES: dict[str, tuple[str, ...]] = {
     "fets": ("fets_train",),
     "xcal": ("xcal_train",),
 }
-SEG_ARCHITECTURE = ("width", "depth", "deep_supervision", "batch_size", "grad_sample_mode")
+SEG_ARCHITECTURE = (
+    "width",
+    "depth",
+    "deep_supervision",
+    "batch_size",
+    "physical_batch",
+    "grad_sample_mode",
+)
 FETS_COLLABORATOR = ("base_filters", "depth", "norm", "patch_size", "batch_size")
 FETS_NETWORK = (*FETS_COLLABORATOR, "participation")
 XCAL_NETWORK = ("width_scale", "batch_size", "clients_per_round")

@@ -69,9 +69,9 @@ def _count(module: torch.nn.Module) -> int:
 def probe_seg(spec: dict[str, Any]) -> dict[str, Any]:
     """`steps` training steps of the seg runner, one validation batch and one attack batch."""
     from dpmed.preflight.data import seg_data
-    from dpmed.seg.attack import image_losses
+    from dpmed.seg.attack import image_losses, scoring_batch_size
     from dpmed.seg.data import Split
-    from dpmed.seg.evaluate import evaluate
+    from dpmed.seg.evaluate import evaluate, forward_batch_size
     from dpmed.seg.run import (
         Plan,
         TrainState,
@@ -102,10 +102,10 @@ def probe_seg(spec: dict[str, Any]) -> dict[str, Any]:
     head = Split(data.splits["val"].images[: plan.batch_size],
                  data.splits["val"].masks[: plan.batch_size])  # fmt: skip
     net.eval()
-    evals = [_timed(lambda: evaluate(net, plan.morph, head, data.eval_classes, plan.batch_size,
+    eval_batch = forward_batch_size(plan.params)
+    evals = [_timed(lambda: evaluate(net, plan.morph, head, data.eval_classes, eval_batch,
                                      device, hd95=False), device) for _ in range(2)]  # fmt: skip
-    attack_batch = 1 if plan.morph.kind == "adaptive" and plan.morph.scope == "batch" else None
-    attack_batch = attack_batch or plan.batch_size
+    attack_batch = scoring_batch_size(plan.morph, plan.params)
     part = Split(head.images[:attack_batch], head.masks[:attack_batch])
     weight = float(job.params["dice_weight"])
     attacks = [_timed(lambda: image_losses(net, plan.morph, part, weight, attack_batch, device),

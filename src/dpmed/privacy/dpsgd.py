@@ -19,7 +19,7 @@ noise N(0, (σ·C)²) per coordinate → division by the expected batch size q·
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -275,16 +275,30 @@ class DPSGD:
 
     def backward(self, loss_per_sample: torch.Tensor) -> None:
         """Backpropagate a per-sample loss of shape [B] (the batch loss is its mean)."""
-        if loss_per_sample.dim() != 1:
-            raise ValueError(
-                f"expected a per-sample loss of shape [B], got {loss_per_sample.shape}"
-            )
+        _check_per_sample(loss_per_sample)
         if self.mode == "ghost":
             self._ghost_backward(loss_per_sample)
         elif self.mode == "bk":
-            self._bk_backward(loss_per_sample)
+            self._bk_backward([loss_per_sample])
         else:
             loss_per_sample.mean().backward()
+
+    def backward_chunks(self, chunk_losses: Iterable[torch.Tensor]) -> None:
+        """Backpropagate one Poisson batch given as physical chunks (memory, not privacy: the
+        batch is still one sampled batch and one accounted step).
+
+        `chunk_losses` yields each chunk's per-sample loss [B_c] right after that chunk's
+        forward pass, so only one chunk's activations are alive at a time. p.grad becomes
+        Σ_c Σ_{i∈c} s(n_i)·∇loss_i, the whole batch's clipped sum (each factor depends on its
+        own sample only), and the alignment is taken over the whole batch. Book-keeping mode
+        only: Opacus' hooks refuse gradient accumulation under Poisson sampling, and ghost
+        clipping's two passes would need every chunk's graph at once.
+        """
+        if self.mode != "bk":
+            raise ValueError(
+                f"physical chunks need grad_sample_mode bk (the job resolved {self.mode!r})"
+            )
+        self._bk_backward(chunk_losses)
 
     def _ghost_backward(self, loss_per_sample: torch.Tensor) -> None:
         """Opacus' two passes (`DPTensorFastGradientClipping.backward`): the first, with the
@@ -304,16 +318,30 @@ class DPSGD:
                 sums.add(p.grad, b)
         self.optimizer.last_alignment = step_alignment(factors, sums)
 
-    def _bk_backward(self, loss_per_sample: torch.Tensor) -> None:
-        """One book-keeping pass (`dpmed.privacy.bookkeeping`): p.grad = Σ_i s(n_i)·∇loss_i,
-        and the alignment against Σ_i ∇loss_i (the seg runner records it at every step)."""
-        result = self.module.clipped_sum(loss_per_sample, self.engine.rule.factors, alignment=True)
+    def _bk_backward(self, chunk_losses: Iterable[torch.Tensor]) -> None:
+        """One book-keeping pass per chunk (`dpmed.privacy.bookkeeping`): p.grad = Σ_i
+        s(n_i)·∇loss_i over every chunk, and the alignment against Σ_i ∇loss_i (the seg runner
+        records it at every step). One chunk sets p.grad to its pass's sums unchanged."""
+        clipped: dict[str, torch.Tensor] = {}
+        unclipped: dict[str, torch.Tensor] = {}
+        factors = []
+        for loss_per_sample in chunk_losses:
+            _check_per_sample(loss_per_sample)
+            result = self.module.clipped_sum(
+                loss_per_sample, self.engine.rule.factors, alignment=True
+            )
+            factors.append(result.factors)
+            for name, grad in result.sums.items():
+                clipped[name] = grad + clipped[name] if name in clipped else grad
+                raw = result.unclipped[name]
+                unclipped[name] = raw + unclipped[name] if name in unclipped else raw
+            del result, loss_per_sample  # this chunk's graph is gone before the next forward
         sums = CosineSums()
         for name, p in self.module.named.items():
             if p.requires_grad:
-                p.grad = result.sums[name]
-                sums.add(p.grad, result.unclipped[name])
-        self.optimizer.last_alignment = step_alignment(result.factors, sums)
+                p.grad = clipped[name]
+                sums.add(p.grad, unclipped[name])
+        self.optimizer.last_alignment = step_alignment(torch.cat(factors), sums)
 
     def step_empty(self, inject: Callable[[list[nn.Parameter]], None] | None = None) -> None:
         """An optimizer step for an empty Poisson batch: noise only, still one accounted step.
@@ -330,6 +358,11 @@ class DPSGD:
         if inject is not None:
             inject(self.optimizer.params)
         self.optimizer.step()
+
+
+def _check_per_sample(loss_per_sample: torch.Tensor) -> None:
+    if loss_per_sample.dim() != 1:
+        raise ValueError(f"expected a per-sample loss of shape [B], got {loss_per_sample.shape}")
 
 
 # ------------------------------------------------------------------ functional step (xcal)

@@ -20,6 +20,7 @@ batches of `batch_size` (eval mode, GroupNorm: per-image outputs).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from dpmed.metrics.membership import attack_metrics
 from dpmed.runtime import JobContext
 from dpmed.seeding import stable_seed
 from dpmed.seg.data import Split, load_seg_data
-from dpmed.seg.evaluate import morph_output
+from dpmed.seg.evaluate import forward_batch_size, morph_output
 from dpmed.seg.inference import load_run_model
 from dpmed.seg.losses import per_sample_loss
 from dpmed.seg.morphology import MorphSpec, parse_morph
@@ -60,6 +61,14 @@ def image_losses(
             output, _ = morph_output(spec, net(x))
             losses.append(per_sample_loss(output, y, dice_weight).double().cpu().numpy())
     return np.concatenate(losses) if losses else np.zeros(0)
+
+
+def scoring_batch_size(spec: MorphSpec, params: Mapping[str, Any]) -> int:
+    """Images per scoring pass: 1 under batch-adaptive DP-Morph (its thresholds come from the
+    pass, so each image is scored on its own), else the evaluation's `forward_batch_size`."""
+    if spec.kind == "adaptive" and spec.scope == "batch":
+        return 1
+    return forward_batch_size(params)
 
 
 def _subset(split: Split, index: np.ndarray) -> Split:
@@ -103,7 +112,7 @@ def run_attack(job: JobContext) -> dict[str, Any]:
             _subset(split, np.sort(order[n_cal:])),
         )
 
-    batch = 1 if spec.kind == "adaptive" and spec.scope == "batch" else int(params["batch_size"])
+    batch = scoring_batch_size(spec, params)
     weight = float(params["dice_weight"])
     scores = {
         name: tuple(-image_losses(net, spec, part, weight, batch, device) for part in parts)

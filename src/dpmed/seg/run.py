@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,7 @@ from dpmed.privacy.record import PrivacyRecord
 from dpmed.runtime import JobContext, Progress
 from dpmed.seg.alignment import AlignmentLog
 from dpmed.seg.data import SegData, load_seg_data
-from dpmed.seg.evaluate import evaluate, morph_output
+from dpmed.seg.evaluate import evaluate, forward_batch_size, morph_output
 from dpmed.seg.losses import per_sample_loss
 from dpmed.seg.morph_log import MORPH_COLUMNS, MorphLog
 from dpmed.seg.morphology import MorphSpec, parse_morph
@@ -106,6 +106,9 @@ class Plan:
         steps_per_epoch: int(1/q) sampled batches (private) or ⌈N/batch_size⌉ batches.
         mode: the per-sample-gradient mode (`none` for non-private jobs).
         params: the job's hyperparameters.
+        physical_batch: the most images one forward/backward pass holds (`physical_batch`;
+            None: the whole batch). A larger batch runs as chunks whose gradients add up to
+            the batch's: a memory bound, the same sampled batch and the same accounted step.
     """
 
     rule: ClipRule
@@ -118,6 +121,7 @@ class Plan:
     steps_per_epoch: int
     mode: str
     params: dict[str, Any]
+    physical_batch: int | None = None
 
     @classmethod
     def of(cls, job: JobContext, data: SegData) -> Plan:
@@ -139,7 +143,11 @@ class Plan:
         private = not math.isinf(target_eps)
         batch_size, n_train = int(params["batch_size"]), len(data.splits["train"])
         q = min(1.0, batch_size / n_train)
-        mode = params["grad_sample_mode"]
+        mode = resolve_grad_sample_mode(params["grad_sample_mode"], wc["model"])
+        morph = parse_morph(wc["morph"], tuple(params["quantiles"]))
+        physical_batch = params.get("physical_batch")
+        if physical_batch is not None:
+            _check_physical_batch(wc, private, mode, morph)
         return cls(
             rule=ClipRule(
                 clip_rule(wc["clip"]),
@@ -149,13 +157,31 @@ class Plan:
             ),
             private=private,
             target_eps=target_eps,
-            morph=parse_morph(wc["morph"], tuple(params["quantiles"])),
+            morph=morph,
             epochs=int(params["epochs"]),
             batch_size=batch_size,
             q=q,
             steps_per_epoch=int(1 / q) if private else math.ceil(n_train / batch_size),
-            mode=resolve_grad_sample_mode(mode, wc["model"]) if private else "none",
+            mode=mode if private else "none",
             params=params,
+            physical_batch=None if physical_batch is None else int(physical_batch),
+        )
+
+
+def _check_physical_batch(wc: dict[str, str], private: bool, mode: str, morph: MorphSpec) -> None:
+    """ConfigError where a batch cannot run as physical chunks with the same result."""
+    cell = "/".join(wc.values())
+    if private and mode != "bk":
+        raise ConfigError(
+            "seg.defaults.physical_batch",
+            f"{cell}: physical chunks need grad_sample_mode bk or auto (got {mode})",
+        )
+    if morph.kind == "adaptive" and morph.scope == "batch":
+        raise ConfigError(
+            "seg.defaults.physical_batch",
+            f"{cell}: adaptive DP-Morph over the batch takes its thresholds from the whole "
+            "batch; it cannot run in physical chunks (use the per-image variant, or no "
+            "physical_batch in this block)",
         )
 
 
@@ -301,22 +327,74 @@ def train_epoch(
             state.empty_batches += 1
             continue
         x, y = x.to(device), y.to(device)
-        output, assignment = morph_output(plan.morph, setup.module(x))
-        if assignment is not None:
-            state.morph_log.add(assignment)
-        loss = per_sample_loss(output, y, dice_weight)
-        if setup.dp is not None:
-            setup.dp.backward(loss)
-            if setup.inject is not None:
-                setup.inject(setup.dp.optimizer.params)
+        chunk = plan.physical_batch or len(y)
+        if chunk < len(y):
+            chunks = _chunk_losses(setup.module, plan.morph, state, x, y, chunk, dice_weight)
+            if setup.dp is not None:
+                setup.dp.backward_chunks(_collect(chunks, losses))
+            else:  # the batch mean, one chunk's share at a time
+                for loss in _collect(chunks, losses):
+                    (loss.sum() / len(y)).backward()
         else:
-            loss.mean().backward()
+            output, assignment = morph_output(plan.morph, setup.module(x))
+            if assignment is not None:
+                state.morph_log.add(assignment)
+            loss = per_sample_loss(output, y, dice_weight)
+            losses.extend(loss.detach().cpu().tolist())
+            if setup.dp is not None:
+                setup.dp.backward(loss)
+            else:
+                loss.mean().backward()
+        if setup.dp is not None and setup.inject is not None:
+            setup.inject(setup.dp.optimizer.params)
         setup.optimizer.step()
         if setup.dp is not None:
             step = epoch * plan.steps_per_epoch + batch + 1
             state.alignment.add(epoch + 1, step, setup.dp.optimizer.last_alignment)
-        losses.extend(loss.detach().cpu().tolist())
     return losses
+
+
+def _chunk_losses(
+    module: torch.nn.Module,
+    morph: MorphSpec,
+    state: TrainState,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    chunk: int,
+    dice_weight: float,
+) -> Iterator[torch.Tensor]:
+    """The per-sample losses of batch (x, y), `chunk` images at a time, each forward pass run
+    only when its chunk is asked for (after the previous chunk's backward pass)."""
+    for start in range(0, len(y), chunk):
+        output, assignment = morph_output(morph, module(x[start : start + chunk]))
+        if assignment is not None:
+            state.morph_log.add(assignment)
+        loss = per_sample_loss(output, y[start : start + chunk], dice_weight)
+        del output
+        yield loss
+
+
+def _collect(chunk_losses: Iterator[torch.Tensor], into: list[float]) -> Iterator[torch.Tensor]:
+    """`chunk_losses`, each chunk's values also appended to `into`."""
+    for loss in chunk_losses:
+        into.extend(loss.detach().cpu().tolist())
+        yield loss
+
+
+def evaluate_split(
+    net: torch.nn.Module,
+    plan: Plan,
+    data: SegData,
+    split: str,
+    device: torch.device,
+    hd95: bool = False,
+    structure: bool = False,
+) -> dict[str, Any]:
+    """`evaluate` on one split of the job's data, in passes of `forward_batch_size` images."""
+    return evaluate(
+        net, plan.morph, data.splits[split], data.eval_classes, forward_batch_size(plan.params),
+        device, hd95=hd95, structure=structure,
+    )  # fmt: skip
 
 
 def epoch_row(
@@ -330,9 +408,7 @@ def epoch_row(
     seconds: float,
 ) -> dict[str, Any]:
     """history.csv's row of `epoch` (0-based): loss, validation Dice (+ per class), ε spent."""
-    val = evaluate(
-        net, plan.morph, data.splits["val"], data.eval_classes, plan.batch_size, device, hd95=False
-    )
+    val = evaluate_split(net, plan, data, "val", device)
     params = plan.params
     history = setup.accountant_history()
     row = {
@@ -359,19 +435,11 @@ def final_metrics(
 ) -> dict[str, Any]:
     """metrics.json: final validation Dice, test scores (S_α, E_φ where the dataset has them),
     training seconds; NaN/inf become null."""
-    val = evaluate(
-        net, plan.morph, data.splits["val"], data.eval_classes, plan.batch_size, device, hd95=False
-    )
-    test = evaluate(
-        net,
-        plan.morph,
-        data.splits["test"],
-        data.eval_classes,
-        plan.batch_size,
-        device,
-        hd95=True,
+    val = evaluate_split(net, plan, data, "val", device)
+    test = evaluate_split(
+        net, plan, data, "test", device, hd95=True,
         structure=job.wildcards["dataset"] in STRUCTURE_DATASETS,
-    )
+    )  # fmt: skip
     metrics = {
         "wildcards": dict(job.wildcards),
         "grad_sample_mode": plan.mode,
