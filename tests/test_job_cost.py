@@ -135,3 +135,33 @@ def test_smoke_jobs_fit_a_small_node_and_ask_less_than_paper_jobs():
         # (the attack's time is the 10-minute floor at both scales)
         assert max(r.runtime for r in small) <= max(r.runtime for r in large), rule
         assert max(r.gpu_mb for r in small) < max(r.gpu_mb for r in large), rule
+
+
+def _bench_job_cost():
+    """bench/job_cost.py as a module (bench scripts are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_job_cost", REPO / "bench/job_cost.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_refit_with_one_reprobed_cell_keeps_the_other_preflight_points(monkeypatch, tmp_path):
+    """A preflight of one cell replaces that cell's point only: refitting from a small re-probe
+    must not drop the paper-size points of the cells it did not probe."""
+    bench = _bench_job_cost()
+
+    def point(cell: str, act: float, mem: float) -> dict:
+        return {"source": "preflight", "cell": cell, "wildcards": {},
+                "mem": {"const": 1.0, "act_unet": act}, "time": {"const": 1.0},
+                "measured": {"mem": mem, "time": 60.0}}  # fmt: skip
+
+    saved = {"rules": {"seg_train": {"points": [point("a", 1.0, 110.0), point("b", 2.0, 120.0)]}}}
+    monkeypatch.setattr(
+        bench, "cost_points", lambda _folder: {"seg_train": [point("b", 2.0, 130.0)]}
+    )
+    bench.refit_with_preflight(saved, [tmp_path])
+    points = saved["rules"]["seg_train"]["points"]
+    assert sorted((p["cell"], p["measured"]["mem"]) for p in points) == [("a", 110.0), ("b", 130.0)]
+    assert saved["preflight_fit"]["points"] == {"seg_train": 2}
