@@ -97,6 +97,8 @@ def _seg_images(data: Mapping[str, Any], dataset: str) -> tuple[int, int]:
 
 
 def _seg(config: Mapping[str, Any], wc: Mapping[str, str], hp: Mapping[str, Any]) -> dict:
+    from dpmed.seg.spec import forward_batch_size
+
     dataset, model = wc["dataset"], wc["model"]
     height, width = config["data"][dataset]["size"]
     pixels = height * width
@@ -105,7 +107,7 @@ def _seg(config: Mapping[str, Any], wc: Mapping[str, str], hp: Mapping[str, Any]
     params = parameter_count(model, in_channels=1, n_classes=SEG_CLASSES[dataset], **architecture)
     private = wc["clip"] != "none"
     # one forward/backward pass holds at most `physical_batch` images (the seg runner's chunks)
-    batch = min(hp["batch_size"], hp.get("physical_batch") or hp["batch_size"])
+    batch = forward_batch_size(hp)
     chunked = batch < hp["batch_size"]
     work = pixels * hp["width"] ** 2 / 1e9
     activations = batch * pixels * hp["width"] / MB

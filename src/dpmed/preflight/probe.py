@@ -71,7 +71,7 @@ def probe_seg(spec: dict[str, Any]) -> dict[str, Any]:
     from dpmed.preflight.data import seg_data
     from dpmed.seg.attack import image_losses, scoring_batch_size
     from dpmed.seg.data import Split
-    from dpmed.seg.evaluate import evaluate, forward_batch_size
+    from dpmed.seg.evaluate import evaluate
     from dpmed.seg.run import (
         Plan,
         TrainState,
@@ -80,6 +80,7 @@ def probe_seg(spec: dict[str, Any]) -> dict[str, Any]:
         make_setup,
         train_epoch,
     )
+    from dpmed.seg.spec import forward_batch_size
 
     job = _context(spec, Path(spec["work_dir"]))
     device = job.start()

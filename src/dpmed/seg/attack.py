@@ -32,11 +32,11 @@ from dpmed.metrics.membership import attack_metrics
 from dpmed.runtime import JobContext
 from dpmed.seeding import stable_seed
 from dpmed.seg.data import Split, load_seg_data
-from dpmed.seg.evaluate import forward_batch_size, morph_output
+from dpmed.seg.evaluate import morph_output
 from dpmed.seg.inference import load_run_model
 from dpmed.seg.losses import per_sample_loss
 from dpmed.seg.morphology import MorphSpec, parse_morph
-from dpmed.seg.spec import ATTACK_FILE
+from dpmed.seg.spec import ATTACK_FILE, forward_batch_size
 
 SCORE = (
     "score = -per_sample_loss (CE + dice_weight*(1 - soft Dice)) of the eval-mode output after "

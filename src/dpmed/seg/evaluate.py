@@ -6,7 +6,6 @@ every evaluation."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -30,17 +29,6 @@ def morph_output(spec: MorphSpec, output: object) -> tuple[object, Assignment | 
     if isinstance(output, (list, tuple)):
         return out_maps, assignment
     return final, assignment
-
-
-def forward_batch_size(params: Mapping[str, Any]) -> int:
-    """Images per evaluation forward pass: `batch_size`, or `physical_batch` where smaller.
-
-    A memory bound like training's chunks: without DP-Morph, and with fixed or per-image
-    DP-Morph, an image's output does not depend on the others in its pass (batch-adaptive
-    DP-Morph cannot run with `physical_batch`: `dpmed.seg.run.Plan`).
-    """
-    batch, physical = int(params["batch_size"]), params.get("physical_batch")
-    return batch if physical is None else min(batch, int(physical))
 
 
 def evaluate(

@@ -48,12 +48,20 @@ from dpmed.privacy.record import PrivacyRecord
 from dpmed.runtime import JobContext, Progress
 from dpmed.seg.alignment import AlignmentLog
 from dpmed.seg.data import SegData, load_seg_data
-from dpmed.seg.evaluate import evaluate, forward_batch_size, morph_output
+from dpmed.seg.evaluate import evaluate, morph_output
 from dpmed.seg.losses import per_sample_loss
 from dpmed.seg.morph_log import MORPH_COLUMNS, MorphLog
 from dpmed.seg.morphology import MorphSpec, parse_morph
 from dpmed.seg.privacy import seg_privacy_record
-from dpmed.seg.spec import ALIGNMENT, HISTORY, MORPH_LOG, STRUCTURE_DATASETS, clip_rule, invalid
+from dpmed.seg.spec import (
+    ALIGNMENT,
+    HISTORY,
+    MORPH_LOG,
+    STRUCTURE_DATASETS,
+    clip_rule,
+    forward_batch_size,
+    invalid,
+)
 from dpmed.tracking import tracker
 
 
@@ -336,10 +344,7 @@ def train_epoch(
                 for loss in _collect(chunks, losses):
                     (loss.sum() / len(y)).backward()
         else:
-            output, assignment = morph_output(plan.morph, setup.module(x))
-            if assignment is not None:
-                state.morph_log.add(assignment)
-            loss = per_sample_loss(output, y, dice_weight)
+            loss = _batch_loss(setup.module, plan.morph, state, x, y, dice_weight)
             losses.extend(loss.detach().cpu().tolist())
             if setup.dp is not None:
                 setup.dp.backward(loss)
@@ -366,12 +371,23 @@ def _chunk_losses(
     """The per-sample losses of batch (x, y), `chunk` images at a time, each forward pass run
     only when its chunk is asked for (after the previous chunk's backward pass)."""
     for start in range(0, len(y), chunk):
-        output, assignment = morph_output(morph, module(x[start : start + chunk]))
-        if assignment is not None:
-            state.morph_log.add(assignment)
-        loss = per_sample_loss(output, y[start : start + chunk], dice_weight)
-        del output
-        yield loss
+        part = slice(start, start + chunk)
+        yield _batch_loss(module, morph, state, x[part], y[part], dice_weight)
+
+
+def _batch_loss(
+    module: torch.nn.Module,
+    morph: MorphSpec,
+    state: TrainState,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    dice_weight: float,
+) -> torch.Tensor:
+    """The per-sample loss [B] of one forward pass on (x, y), DP-Morph applied and logged."""
+    output, assignment = morph_output(morph, module(x))
+    if assignment is not None:
+        state.morph_log.add(assignment)
+    return per_sample_loss(output, y, dice_weight)
 
 
 def _collect(chunk_losses: Iterator[torch.Tensor], into: list[float]) -> Iterator[torch.Tensor]:
