@@ -24,7 +24,13 @@ from dpmed.config.checks import REPO, check_config, load_configs
 from dpmed.config.wildcards import parse_eps
 from dpmed.preflight import cost as cost_rules
 from dpmed.preflight.calibrate import calibrate
-from dpmed.preflight.cells import STUDY_RULES, distinct_cells, nearest, sample_cells
+from dpmed.preflight.cells import (
+    STUDY_RULES,
+    distinct_cells,
+    nearest,
+    probe_key,
+    sample_cells,
+)
 from dpmed.preflight.points import cost_points
 from dpmed.preflight.probe import run_probe
 from dpmed.preflight.report import NO_GPU, cost_frame
@@ -310,7 +316,9 @@ def test_sample_preflight_runs_every_model_method_and_eps(tmp_path):
     fets, xcal = (table[table["study"] == study] for study in ("fets", "xcal"))
     assert len(list(out.glob("logs/*/server/result.json"))) == fets["cell"].nunique() > 1
     assert len(list(out.glob("logs/*/collaborators/result.json"))) == 1
-    assert len(list(out.glob("logs/*/steps/result.json"))) == xcal["cell"].nunique()
+    sampled = sample_cells(distinct_cells(grid))
+    xcal_probes = {probe_key(c) for c in sampled if c.study == "xcal"}
+    assert len(list(out.glob("logs/*/steps/result.json"))) == len(xcal_probes) > 1
     evaluations = {tuple(cell.split("/")[1:3]) for cell in xcal["cell"]}  # dataset, model
     assert len(list(out.glob("logs/*/evaluation/result.json"))) == len(evaluations) > 1
 
@@ -339,6 +347,41 @@ def test_failing_cell_is_an_error_and_exits_nonzero(tmp_path):
     assert set(table["study"]) == {"seg", "fets", "xcal"}
     assert (table["status"] == "error").all()
     assert table["message"].str.contains("exceeded 1 s").all()
+
+
+def test_cells_differing_only_in_scalars_share_one_probe(tmp_path):
+    """Private seg clip rules, and xcal cells of other shifts, client counts or XCal-FL
+    presets, are one computation with other scalars: the first cell's probe measures them
+    all (`measured_by`), and each keeps its own calibrated, checked rows."""
+    config = {
+        "device": "cpu",
+        "audit": {"cells": []},
+        "seg": {"defaults": REDUCED["seg"]["defaults"],
+                "grid": [{"datasets": ["duke"], "models": ["unet"], "clips": ["flat", "nsgd"],
+                          "morphs": ["none"], "eps": [50], "seeds": [0]}]},
+        "xcal": {"defaults": REDUCED["xcal"]["defaults"],
+                 "grid": [{"datasets": ["pneumoniamnist"], "models": ["resnet18"],
+                           "methods": ["xcal", "xcal-logit"], "shifts": ["iid", "label"],
+                           "clients": [3, 5], "eps": [5], "seeds": [0]}]},
+        "data": {"duke": {"size": [32, 32]},
+                 "pneumoniamnist": {"size": 28, "synthetic": {"counts": [120, 20, 40]}}},
+    }  # fmt: skip
+    out = tmp_path / "out"
+    code = main(["--config", str(PAPER), _write(tmp_path, "small.yaml", config), "--studies",
+                 "seg", "xcal", "--steps", "2", "--out", str(out)])  # fmt: skip
+    table = pd.read_csv(out / "preflight.csv")
+    assert code == 0 and (table["status"] == "ok").all(), table["message"].tolist()
+    seg, xcal = (table[table["study"] == study] for study in ("seg", "xcal"))
+    assert seg["cell"].nunique() == 2 and xcal["cell"].nunique() == 2 * 2 * 2
+    # one probe per study; every cell calibrated on its own (other partitions, other σ)
+    assert len(list(out.glob("logs/*/cell.json"))) == 2
+    assert xcal["sigma_min"].nunique() > 1 and (xcal["eps_accounted"] <= 5).all()
+    assert (seg.groupby("rule")["s_per_step"].nunique() == 1).all()
+    assert seg["peak_rss_mb"].nunique() == 1 and xcal["peak_rss_mb"].nunique() == 1
+    costs = pd.read_csv(out / "cost.csv").query("cell != 'total'")
+    for study, frame in costs.groupby("study"):
+        assert frame["measured_by"].nunique() == 1, study
+        assert frame["measured_by"].iloc[0] == frame["cell"].iloc[0]
 
 
 def test_probe_exception_is_reported_not_raised(tmp_path):

@@ -17,6 +17,13 @@ key keeps, per study:
   size. Dropped: seed, ε0, rounds.
 - xcal: dataset, model and width, method (its step and noise code), shift, client count (the
   data each client holds), private or not, batch size. Dropped: seed, ε, rounds.
+
+Each cell keeps its own rows: σ calibrated for its ε, its own requests checked. Cells that
+differ only in scalars of the same computation share one probe (`probe_key`): the private seg
+clip rules (each scales the B per-sample norms by its own elementwise s(n) before the same
+sum), the XCal-FL presets (weights of the same signal components) and the xcal shift and
+client count (which partition the data without changing one client's step, a Poisson batch of
+the same expected size, or the data the job holds).
 """
 
 from __future__ import annotations
@@ -84,6 +91,20 @@ def shape_key(study: str, wildcards: Mapping[str, str], params: Mapping[str, Any
         axes = ("dataset", "model", "method", "shift", "clients")
         return ("xcal", *(wildcards[k] for k in axes), private, net)
     raise ValueError(f"unknown study {study!r}")
+
+
+def probe_key(cell: Cell) -> tuple:
+    """The key of cells one probe measures (module docstring): the shape key with the private
+    seg clip rule, the xcal preset, shift and client count dropped."""
+    if cell.study == "seg":
+        _, dataset, model, rule, morph, arch = cell.key
+        return ("seg", dataset, model, rule != "none", morph, arch)
+    if cell.study == "xcal":
+        from dpmed.xcal.methods import split_method
+
+        _, dataset, model, method, _, _, private, net = cell.key
+        return ("xcal", dataset, model, split_method(method)[0], private, net)
+    return cell.key
 
 
 def collaborator_key(cell: Cell) -> tuple:

@@ -1,7 +1,7 @@
 """`python -m dpmed.preflight`: probe every distinct cell of a grid and project its cost.
 
     python -m dpmed.preflight [--config FILE ...] [--sample] [--studies seg fets xcal]
-                              [--out results/preflight] [--steps 3] [--timeout 1800]
+                              [--out results/preflight] [--steps 2] [--timeout 1800]
 
 `--config` files merge as Snakemake's `--configfile` (default config/config.yaml); `--sample`
 probes only a covering subset (every model, method and ε; `cells.sample_cells`). Writes into
@@ -32,6 +32,7 @@ from dpmed.preflight.cells import (
     distinct_cells,
     evaluation_key,
     nearest,
+    probe_key,
     sample_cells,
 )
 from dpmed.preflight.points import CELL_FILE
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 FIT_MARGIN = 1.2  # a peak fits when FIT_MARGIN × peak ≤ the request (20 % headroom)
-DEFAULT_STEPS = 3
+DEFAULT_STEPS = 2
 DEFAULT_TIMEOUT = 1800.0  # seconds per probe child
 # Rules probed in the same child as training (the seg attack scores the trained network): the
 # child's peak is training's, an upper bound of theirs, so only a fit is conclusive.
@@ -274,10 +275,11 @@ def preflight_request(
     every probe's time limit, capped at `resources.max_runtime`."""
     cells = distinct_cells(grid)
     probed = sample_cells(cells) if sample else cells
+    probes = len({probe_key(cell) for cell in probed})
     mem = max(_request(rule, config, cell.job, gpu).mem_mb
               for cell in probed for rule in STUDY_RULES[cell.study])  # fmt: skip
     limit = float(config.get("resources", {}).get("max_runtime", math.inf))
-    return mem, math.ceil(min(limit, len(probed) * DEFAULT_TIMEOUT / 60))
+    return mem, math.ceil(min(limit, probes * DEFAULT_TIMEOUT / 60))
 
 
 def run_preflight(
@@ -287,7 +289,9 @@ def run_preflight(
 ) -> pd.DataFrame:  # fmt: skip
     """Probe the distinct cells of `grid` (or their covering sample) and write preflight.csv,
     cost.csv and cost.png (with their .md/.html/.pdf twins) into `out`; prints a progress line
-    per probe with the ETA. Returns the rows of preflight.csv whose status is not ok."""
+    per cell with the ETA. Cells of one `probe_key` share the first one's probe (their
+    measures name it in `measured_by`); each is still calibrated and checked against its own
+    requests. Returns the rows of preflight.csv whose status is not ok."""
     import pandas as pd
 
     from dpmed.preflight.report import cost_frame, plot_cost
@@ -297,27 +301,35 @@ def run_preflight(
     probed = sample_cells(cells) if sample else cells
     device = probe_device(config)
     jobs = sum(len(c.jobs) for c in cells)
-    print(f"preflight: {jobs} jobs in {len(cells)} distinct cells; probing {len(probed)} on "
-          f"{device}", flush=True)  # fmt: skip
+    keys = [probe_key(cell) for cell in probed]
+    print(f"preflight: {jobs} jobs in {len(cells)} distinct cells; checking {len(probed)} in "
+          f"{len(set(keys))} probes on {device}", flush=True)  # fmt: skip
     data = prepare_data(config, probed, out / "data")
     rows, measured, shared = [], [], {}
+    probes: dict[tuple, tuple[Cell, dict[str, Any]]] = {}
     start = time.perf_counter()
-    for index, cell in enumerate(probed):
+    for index, (cell, key) in enumerate(zip(probed, keys, strict=True)):
         calibrations = calibrate(config, cell)
-        work = out / "logs" / f"{index:03d}"
-        measures = probe_cell(config, cell, device, data, work, steps, timeout, shared)
-        write_cell(work / CELL_FILE, config, cell, measures)
+        if key in probes:
+            first, first_measures = probes[key]
+            measures = first_measures | {"measured_by": first.name, "wall_seconds": 0.0}
+        else:
+            work = out / "logs" / f"{index:03d}"
+            measures = probe_cell(config, cell, device, data, work, steps, timeout, shared)
+            write_cell(work / CELL_FILE, config, cell, measures)
+            probes[key] = (cell, measures)
         cell_rows_ = cell_rows(config, cell, calibrations, measures)
         rows += cell_rows_
         measured.append((cell, measures))
         status = "ok" if all(r["status"] == "ok" for r in cell_rows_) else "ERROR"
         elapsed = time.perf_counter() - start
-        eta = elapsed / (index + 1) * (len(probed) - index - 1)
+        eta = elapsed / len(probes) * len(set(keys[index + 1 :]) - probes.keys())
+        how = (f"probe of {measures['measured_by']}" if "measured_by" in measures
+               else f"{measures['wall_seconds']:.0f} s")  # fmt: skip
         print(f"[{index + 1}/{len(probed)}] {cell.name}: {status} "
               f"{measures.get('seconds_per_step', math.nan):.3g} s/step, "
-              f"peak {measures.get('peak_rss_mb', math.nan):.0f} MB, "
-              f"{measures['wall_seconds']:.0f} s; elapsed {elapsed / 60:.1f} min, "
-              f"ETA {eta / 60:.1f} min", flush=True)  # fmt: skip
+              f"peak {measures.get('peak_rss_mb', math.nan):.0f} MB, {how}; "
+              f"elapsed {elapsed / 60:.1f} min, ETA {eta / 60:.1f} min", flush=True)  # fmt: skip
     frame = pd.DataFrame(rows)
     write_table(frame, out / "preflight.csv")
     costs = cost_frame(config, projected(cells, probed, measured))
