@@ -1,8 +1,9 @@
 """Fit the job cost model of `dpmed.job_cost`: run the real training and attack rules at several
 sizes, read each job's peak RSS and wall seconds from its Snakemake benchmark file, and fit the
-per-rule coefficients by non-negative least squares. Writes src/dpmed/job_cost.json (the
-coefficients, the measured points and what the fit predicts for each) and prints one line per
-point: measured vs predicted peak MB and wall seconds.
+per-rule coefficients (memory: the least upper envelope of the peaks; time: non-negative least
+squares). Writes src/dpmed/job_cost.json (the coefficients, the measured points and what the
+fit predicts for each) and prints one line per point: measured vs predicted peak MB and wall
+seconds.
 
     PYTHONPATH=src python bench/job_cost.py            # about 20 minutes on 2 cores
     PYTHONPATH=src python bench/job_cost.py --rules fets_train

@@ -99,6 +99,15 @@ def test_dedupe_matches_hand_enumeration():
     assert len(ids) == len(set(ids))
 
 
+def test_cell_names_are_unique_in_the_paper_grid():
+    """Cell names key the cost model's preflight points (a re-probed cell replaces its
+    point): the centralized xcal cells at ε = 0.5 and ε = inf once shared a name, and a
+    refit kept one of each pair."""
+    cells = distinct_cells(_grid(load_configs([PAPER])))
+    names = [c.name for c in cells]
+    assert len(set(names)) == len(names)
+
+
 def test_nearest_probed_cell_matches_input_network_then_privacy():
     """A cell the sample skipped is projected from the probed cell that matches it best on
     (dataset, model, architecture, private, DP-Morph kind, clip rule), in that order."""

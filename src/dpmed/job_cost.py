@@ -4,10 +4,12 @@ paper job needs.
 
 Each rule has a linear cost model over a few workload features computed from the config
 (`features`): peak memory = Σ coefficient × memory feature, wall time = Σ coefficient × time
-feature. The coefficients are fitted by non-negative least squares on peaks and times measured
-by running the real job scripts at several small sizes on CPU, and on the peaks and projected
-times a preflight measured at the paper's sizes (`bench/job_cost.py [--preflight DIR]`, which
-writes `job_cost.json` beside this module with the measured points). Memory has fitted terms
+feature. The coefficients are fitted on peaks and times measured by running the real job scripts
+at several small sizes on CPU, and on the peaks and projected times a preflight measured at the
+paper's sizes (`bench/job_cost.py [--preflight DIR]`, which writes `job_cost.json` beside this
+module with the measured points): memory as the least upper envelope of the measured peaks
+(every one at or below its prediction, so each measured job's request is at least `MEM_MARGIN`
+× its peak), time by non-negative least squares. Memory has fitted terms
 (the interpreter and libraries, `const`; activations per model, `act_*`, and for seg what
 DP-SGD's per-sample gradients and adaptive DP-Morph hold beside them) and terms whose size is
 known exactly: `host` (the arrays a job holds, host-side model states) and `device` (weights,

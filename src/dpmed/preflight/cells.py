@@ -135,9 +135,12 @@ class Cell:
 
     @property
     def name(self) -> str:
-        """A readable id: the representative's wildcards without seed and ε."""
+        """A readable id, unique in a grid: the representative's wildcards without seed and ε,
+        and `/nonprivate` for a cell of ε = inf (xcal's centralized cells differ in nothing
+        else)."""
         wc = {k: v for k, v in self.job.wc.items() if k not in ("seed", "eps")}
-        return f"{self.study}/" + "/".join(wc.values())
+        private = any(math.isfinite(eps) for eps in self.eps)
+        return f"{self.study}/" + "/".join(wc.values()) + ("" if private else "/nonprivate")
 
     @property
     def eps(self) -> list[float]:
