@@ -199,7 +199,9 @@ def test_run_attack_on_a_tiny_trained_run(tmp_path):
 def test_adaptive_batch_scope_is_scored_image_by_image(tmp_path):
     processed = _processed(tmp_path / "processed", 9)
     run = tmp_path / "run"
-    torch.manual_seed(0)
+    # an untrained net whose batch thresholds pick other operations than the per-image ones by
+    # a wide margin (seed 0's differed from them only on some CPUs: equal here to the bit)
+    torch.manual_seed(1)
     arguments = {"in_channels": 1, "n_classes": 9, "width": 4, "depth": 2}
     net = build_model("unet", **arguments)
     run.mkdir()

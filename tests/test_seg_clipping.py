@@ -240,3 +240,19 @@ def test_auto_mode_per_model():
     assert resolve_grad_sample_mode("ghost", "unet") == "ghost"
     with pytest.raises(ValueError, match="bogus"):
         resolve_grad_sample_mode("bogus", "unet")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.floats(1e-6, 1e6, allow_nan=False),
+    st.lists(st.floats(0.0, 1.0), min_size=1, max_size=16),
+)
+def test_flat_factor_is_exactly_one_up_to_the_clip_norm(clip, fractions):
+    """Flat clipping counts a sample as clipped when s(n) < 1 (the alignment's clipped share):
+    every n ≤ C, n = C included, has s = 1 exactly, every n > C has C/n. C/C computed as a
+    reciprocal times C is 1 − 2⁻⁵³ on some CPUs, which counted unclipped samples as clipped."""
+    norms = torch.tensor([clip * f for f in fractions] + [clip, clip * 2], dtype=torch.float64)
+    factors = ClipRule("flat", clip_norm=clip).factors(norms)
+    assert (factors[norms <= clip] == 1).all()
+    above = norms > clip
+    assert torch.equal(factors[above], clip / norms[above])

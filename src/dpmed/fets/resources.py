@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from dpmed.peak_memory import peak_rss_bytes
+
 CPU_WATTS_PER_CORE = 10.0  # assumed draw of one busy core (typical server core, W)
 
 
@@ -90,7 +92,7 @@ class ResourceMeter:
             energy = ((now or self._energy0) - self._energy0) / 3.6e6
         else:
             energy = (self._cpu_seconds() - self._cpu0) * CPU_WATTS_PER_CORE / 3600.0
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+        rss = peak_rss_bytes() / 2**20
         gpu = None
         if self.device.type == "cuda":
             gpu = torch.cuda.max_memory_allocated(self.device) / 2**20

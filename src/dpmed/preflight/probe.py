@@ -6,7 +6,8 @@ SPEC.json: {"probe" (a key of `PROBES`), "study", "wildcards", "params", "seed",
 "steps", "config" (the data section is read), "data_dir" (processed stand-in data for fets and
 xcal), "work_dir"}.
 RESULT.json: the measures below, `status` ok or error with the message, `peak_rss_mb` (the
-process's ru_maxrss) and on CUDA `peak_cuda_mb` (torch.cuda.max_memory_allocated).
+process's own high-water mark, `dpmed.peak_memory`) and on CUDA `peak_cuda_mb`
+(torch.cuda.max_memory_allocated).
 
 Each probe builds the real network at the configured size and steps it through the runner's
 own functions (seg: `Plan`, `make_setup`, `train_epoch`; xcal: `build_federation`,
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import resource
 import statistics
 import sys
 import time
@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from dpmed.peak_memory import peak_rss_bytes
 from dpmed.runtime import JobContext
 
 # xcal evaluation is linear in its images: a head is timed and scaled (`probe_xcal_evaluation`).
@@ -257,7 +258,7 @@ def run_probe(spec: dict[str, Any]) -> dict[str, Any]:
     except Exception as err:  # noqa: BLE001  (every failure of a cell is reported, not raised)
         traceback.print_exc()
         result = {"status": "error", "message": f"{type(err).__name__}: {err}"}
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6  # KiB
+    result["peak_rss_mb"] = peak_rss_bytes() / 1e6
     result["device"] = "cuda" if spec["device"] != "cpu" and torch.cuda.is_available() else "cpu"
     if result["device"] == "cuda":
         result["peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 1e6

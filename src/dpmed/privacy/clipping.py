@@ -112,8 +112,10 @@ def _no_clipping(norms: Tensor, rule: ClipRule) -> Tensor:
     reference="Abadi et al., CCS 2016",
 )
 def _flat(norms: Tensor, rule: ClipRule) -> Tensor:
+    # exactly 1 where n ≤ C: C/C is not 1 on every CPU (torch may divide by a scalar as a
+    # reciprocal times C, 1 - 2⁻⁵³ here), and "clipped" means s < 1
     c = rule.clip_norm
-    return c / norms.where(norms > c, norms.new_full(norms.shape, c))
+    return (c / norms).where(norms > c, norms.new_ones(norms.shape))
 
 
 @register_clip_rule(
