@@ -56,15 +56,16 @@ def test_paper_grid_sizes_match_hand_count():
 def test_smoke_grid_covers_every_value(smoke):
     grid = check_config(smoke, SCHEMA)
     # seg: duke unet 5 clips (+ flat at 2 more eps, + seed 1 of none and flat), unetpp 6 morphs
-    # × {none, flat}, 6 quantile variants, the 2 × 2 lr × C sweep on duke and umn, umn 4,
-    # covidct 4.
-    assert len(grid.jobs("seg")) == 5 + 2 + 2 + 12 + 6 + 8 + 4 + 4
+    # under flat clipping + its non-private reference, 2 quantile variants, the 2 × 2 lr × C
+    # sweep on duke, umn 4, covidct 4.
+    assert len(grid.jobs("seg")) == 5 + 2 + 2 + 6 + 1 + 2 + 4 + 4 + 4
     # fets: fedavg, simagg at inf; dp_simagg {paper, sound} and dp_fedavg sound at eps0 {1, 10};
     # the sweep at 2 participations: fedavg at inf, dp_fedavg at 2 eps0, dp_simagg sound at 1.
     assert len(grid.jobs("fets")) == 2 + 4 + 2 + 2 * (1 + 2 + 1)
-    # xcal: bloodmnist nondp at inf + static/agp/agp-dp/xcal at 5; pneumoniamnist centralized
-    # c1 and xcal-logit c3; dermamnist static {label, covariate} × {3, 5} clients.
-    assert len(grid.jobs("xcal")) == 5 + 2 + 4
+    # xcal: nondp at inf on each dataset; bloodmnist static/agp/agp-dp/xcal at 5;
+    # pneumoniamnist centralized c1 and xcal-logit c3; dermamnist static {label, covariate} ×
+    # {3, 5} clients.
+    assert len(grid.jobs("xcal")) == 3 + 4 + 2 + 4
     seen = {
         (study, key, value)
         for study in ("seg", "fets", "xcal")
@@ -158,14 +159,15 @@ def test_conflicting_params_for_one_job(smoke):
     block = copy.deepcopy(smoke["seg"]["grid"][0])
     block["params"] = {"lr": 0.5}
     smoke["seg"]["grid"].append(block)
-    with pytest.raises(ConfigError, match=r"seg\.grid\[8\].*seg\.grid\[0\]"):
+    last = len(smoke["seg"]["grid"]) - 1
+    with pytest.raises(ConfigError, match=rf"seg\.grid\[{last}\].*seg\.grid\[0\]"):
         check_config(smoke, SCHEMA)
 
 
 def test_same_job_in_two_blocks_with_same_params_is_fine(smoke):
+    jobs = len(check_config(copy.deepcopy(smoke), SCHEMA).jobs("seg"))
     smoke["seg"]["grid"].append(copy.deepcopy(smoke["seg"]["grid"][0]))
-    # smoke seg grid: 5 + 2 + 2 (duke unet) + 12 (unetpp) + 6 (quantiles) + 8 (sweep) + 4 + 4
-    assert len(check_config(smoke, SCHEMA).jobs("seg")) == 43
+    assert len(check_config(smoke, SCHEMA).jobs("seg")) == jobs
 
 
 def test_block_without_valid_combination(smoke):
@@ -237,8 +239,8 @@ def test_sweep_block_expands_clip_norm_and_lr(smoke):
     grid = check_config(smoke, SCHEMA)
     swept = [job for job in grid.jobs("seg") if job.block == "seg.grid[4]"]
     cells = {(job.wc["dataset"], job.wc["clip"]): job.params for job in swept}
-    assert len(cells) == 2 * 2 * 2
-    params = cells[("umn", "flat-C0.5-lr0.01")]
+    assert len(cells) == 2 * 2
+    params = cells[("duke", "flat-C0.5-lr0.01")]
     assert (params["clip_norm"], params["lr"]) == (0.5, 0.01)
     assert params["epochs"] == smoke["seg"]["defaults"]["epochs"]
     # A file target outside the grid takes its sweep values from the folder name.
@@ -284,3 +286,17 @@ def test_paper_config_runs_at_least_three_seeds_per_block():
     for study in ("seg", "fets", "xcal"):
         for index, block in enumerate(config[study]["grid"]):
             assert len(set(block["seeds"])) >= 3, f"{study}.grid[{index}]"
+
+
+def test_synthetic_structure_scales_default_to_one_and_are_validated(smoke):
+    smoke["data"]["umn"]["synthetic"].pop("fluid_scale", None)
+    smoke["data"]["covidct"]["synthetic"].pop("lesion_scale", None)
+    check_config(smoke, SCHEMA)
+    assert smoke["data"]["umn"]["synthetic"]["fluid_scale"] == 1.0
+    assert smoke["data"]["covidct"]["synthetic"]["lesion_scale"] == 1.0
+    for dataset, key in (("umn", "fluid_scale"), ("covidct", "lesion_scale")):
+        for bad in (0, -1.0, 10.0, "big"):
+            broken = load("smoke.yaml")
+            broken["data"][dataset]["synthetic"][key] = bad
+            with pytest.raises(WorkflowError, match=key):
+                check_config(broken, SCHEMA)

@@ -353,3 +353,21 @@ def test_overview_panel_is_val_slice_with_most_infection(tmp_path):
     assert np.array_equal(panel.mask, arrays["masks"][best])
     assert panel.class_names == {1: "infection"}
     assert split in panel.title and "covidct" in panel.title
+
+
+def test_lesion_scale_one_is_the_default_and_larger_scales_grow_the_lesions(tmp_path):
+    base = {"synthetic": {"shape": [64, 64], "n_slices": 12}}
+    one = {"synthetic": {**base["synthetic"], "lesion_scale": 1.0}}
+    synthetic.generate(tmp_path / "default", "covidct", base, seed=6)
+    synthetic.generate(tmp_path / "one", "covidct", one, seed=6)
+    for name in ("tr_im.nii.gz", "tr_mask.nii.gz"):
+        assert (tmp_path / "default" / name).read_bytes() == (tmp_path / "one" / name).read_bytes()
+    _, small, lungs = synthetic.synthesize((64, 64), 12, seed=6)
+    hu, large, lungs_large = synthetic.synthesize((64, 64), 12, seed=6, lesion_scale=2.5)
+    assert np.array_equal(lungs, lungs_large)  # only the lesions change
+    infection_small, infection_large = np.isin(small, (1, 2)), np.isin(large, (1, 2))
+    assert infection_large.sum() > 2 * infection_small.sum()
+    assert not (large > 0)[~lungs].any(), "scaled lesions stay inside the lungs"
+    assert np.array_equal(infection_small.any(axis=(0, 1)), infection_large.any(axis=(0, 1)))
+    again = synthetic.synthesize((64, 64), 12, seed=6, lesion_scale=2.5)
+    assert np.array_equal(hu, again[0]) and np.array_equal(large, again[1])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from dpmed.data import medmnist
 from dpmed.data.medmnist import DATASETS, dataset_info, load_npz, npz_name, preprocess
 from dpmed.data.synthetic.medmnist import class_counts, generate
-from dpmed.errors import DataFormatError
+from dpmed.errors import ConfigError, DataFormatError
 
 FLAGS = tuple(DATASETS)
 KEYS = (
@@ -117,6 +118,61 @@ def test_class_counts_small_split_keeps_every_class() -> None:
     assert counts.sum() == 10 and counts.min() >= 1
     assert counts[5] == counts.max()  # nevi dominate
     assert class_counts(info, 3).sum() == 3
+
+
+# SHA-256 of the train, val and test labels (in that order) the generator wrote for
+# `_cfg(counts=(240, 40, 120))`, seed 3, before `class_balance` existed.
+OFFICIAL_LABEL_SHA256 = {
+    "bloodmnist": "dbf172c506022f3bedd5acde2208ffb30bcbf427337962871ea7869fd6551378",
+    "pneumoniamnist": "4dc5981bb802d99ff8b1063dbb8257740f343ca9aa0c689d93e1121aa69dcc8a",
+    "dermamnist": "5b70b1510a5fdc4ba2cc7bdb50ea1d5c3b2fd509ef7f4afa041e43a82cf67b8d",
+}
+
+
+def _balanced_cfg(balance: str, counts: tuple[int, int, int] = (240, 40, 120)) -> dict:
+    cfg = _cfg(counts=counts)
+    cfg["synthetic"]["class_balance"] = balance
+    return cfg
+
+
+def _labels(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path) as npz:
+        return {split: npz[f"{split}_labels"][:, 0] for split in ("train", "val", "test")}
+
+
+@pytest.mark.parametrize("dataset", FLAGS)
+def test_default_class_balance_is_official_and_unchanged(tmp_path: Path, dataset: str) -> None:
+    generate(tmp_path / "default", dataset, _cfg(counts=(240, 40, 120)), seed=3)
+    generate(tmp_path / "official", dataset, _balanced_cfg("official"), seed=3)
+    default = (tmp_path / "default" / f"{dataset}.npz").read_bytes()
+    assert default == (tmp_path / "official" / f"{dataset}.npz").read_bytes()
+    labels = _labels(tmp_path / "default" / f"{dataset}.npz")
+    digest = hashlib.sha256(b"".join(labels[s].tobytes() for s in ("train", "val", "test")))
+    assert digest.hexdigest() == OFFICIAL_LABEL_SHA256[dataset]
+
+
+@pytest.mark.parametrize("dataset", FLAGS)
+def test_uniform_class_balance_counts_differ_by_at_most_one(tmp_path: Path, dataset: str) -> None:
+    info = dataset_info(dataset)
+    counts = (241, 39, 120)
+    generate(tmp_path / "a", dataset, _balanced_cfg("uniform", counts), seed=3)
+    generate(tmp_path / "b", dataset, _balanced_cfg("uniform", counts), seed=3)
+    generate(tmp_path / "c", dataset, _balanced_cfg("uniform", counts), seed=4)
+    name = f"{dataset}.npz"
+    for (split, labels), n in zip(_labels(tmp_path / "a" / name).items(), counts, strict=True):
+        per_class = np.bincount(labels, minlength=info.n_classes)
+        assert per_class.sum() == n and per_class.max() - per_class.min() <= 1, split
+    assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert (tmp_path / "a" / name).read_bytes() != (tmp_path / "c" / name).read_bytes()
+
+
+def test_class_counts_uniform_and_unknown_balance(tmp_path: Path) -> None:
+    info = dataset_info("dermamnist")
+    np.testing.assert_array_equal(class_counts(info, 23, "uniform"), [4, 4, 3, 3, 3, 3, 3])
+    np.testing.assert_array_equal(class_counts(info, 5, "uniform"), [1, 1, 1, 1, 1, 0, 0])
+    np.testing.assert_array_equal(class_counts(info, 10), class_counts(info, 10, "official"))
+    with pytest.raises(ConfigError, match="class_balance"):
+        generate(tmp_path, "dermamnist", _balanced_cfg("balanced"), seed=0)
 
 
 @pytest.mark.parametrize("dataset", FLAGS)

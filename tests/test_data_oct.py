@@ -558,3 +558,24 @@ def test_generated_fluid_is_darker_than_surrounding_retina(tmp_path, dataset):
     fluid_mean = np.concatenate(fluid_values).mean()
     ring_mean = np.concatenate(ring_values).mean()
     assert fluid_mean < 0.5 * ring_mean
+
+
+@pytest.mark.parametrize("dataset", ["duke", "umn"])
+def test_fluid_scale_one_is_the_default_and_larger_scales_grow_the_pockets(tmp_path, dataset):
+    cfg = CFG[dataset]
+    scaled = {**cfg, "synthetic": {**cfg["synthetic"], "fluid_scale": 1.0}}
+    synthetic.generate(tmp_path / "default", dataset, cfg, seed=4)
+    synthetic.generate(tmp_path / "one", dataset, scaled, seed=4)
+    for path in (tmp_path / "default").iterdir():
+        assert path.read_bytes() == (tmp_path / "one" / path.name).read_bytes()
+    fluid = {}
+    for scale in (1.0, 3.0):
+        rng = np.random.default_rng(7)
+        _, _, ids, _ = synthetic.retina_volume(rng, 64, 128, 6, fluid_scale=scale)
+        fluid[scale] = int((ids > 0).sum())
+        assert ids.max() >= 1  # every subject has at least one pocket
+        assert not (ids[:, :, 0] > 0).any() and not (ids[:, :, -1] > 0).any()
+    # width and height both grow 3×: about 9× the fluid pixels (same pockets, same draws)
+    assert fluid[3.0] > 5 * fluid[1.0]
+    again = synthetic.retina_volume(np.random.default_rng(7), 64, 128, 6, fluid_scale=3.0)
+    assert int((again[2] > 0).sum()) == fluid[3.0]

@@ -265,6 +265,30 @@ def test_cost_frame_totals_and_unknown_gpu():
     assert (frame["gpu_hours"] == NO_GPU).all()
 
 
+def test_cells_without_the_attack_are_not_priced_for_it():
+    """A block with `attack: false` runs no seg_attack job: neither the cost table nor the
+    preflight rows count one for its cells."""
+    from dpmed.preflight.calibrate import Calibration
+    from dpmed.preflight.run import cell_rows
+
+    config = _small_config()
+    config["seg"]["grid"].append(config["seg"]["grid"][0] | {"models": ["unet"], "seeds": [2],
+                                                              "attack": False})  # fmt: skip
+    cells = distinct_cells(_grid(config), ["seg"])
+    m = {"status": "ok", "device": "cpu", "seconds_per_step": 1.0, "eval_seconds_per_batch": 0.0,
+         "attack_seconds_per_batch": 1.0, "attack_batch": 8, "parameters": 1}  # fmt: skip
+    frame = cost_frame(config, [(cell, m) for cell in cells])
+    jobs = frame[frame["cell"] == "total"].set_index("rule")["jobs"]
+    unet = sum(len(c.jobs) for c in cells if c.job.wc["model"] == "unet")
+    assert jobs["seg_train"] == sum(len(c.jobs) for c in cells)
+    assert jobs["seg_attack"] == jobs["seg_train"] - unet // 3  # seed 2 of each unet cell
+    cell = next(c for c in cells if c.job.wc["model"] == "unet")
+    cal = [Calibration(e, None, None, None, None) for e in cell.eps]
+    rows = cell_rows(config, cell, cal, m | {"peak_rss_mb": 1.0})
+    by_rule = {r: sum(row["jobs"] for row in rows if row["rule"] == r) for r in STUDY_RULES["seg"]}
+    assert by_rule == {"seg_train": len(cell.jobs), "seg_attack": len(cell.jobs) * 2 // 3}
+
+
 def test_preflight_peaks_become_cost_points_of_the_training_rule(tmp_path):
     """Each cell a preflight probed without error gives its training rule one point: the job
     cost model's features of the representative job, the probe's peak and the job's

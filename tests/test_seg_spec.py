@@ -14,6 +14,7 @@ import yaml
 from conftest import REPO, SMOKE_CONFIG, loaded_workflow
 
 from dpmed.config.checks import check_config
+from dpmed.errors import ConfigError
 from dpmed.privacy.clipping import CLIP_RULES
 from dpmed.report.outputs import EXTS_OF_KEYWORD
 from dpmed.seg.morph_ops import apply_morph, assign, thickness
@@ -105,9 +106,11 @@ def test_validity_reads_the_registries():
 
 def test_targets_are_every_run_file_then_the_reports(jobs):
     got = targets(jobs)
-    per_run = (*RUN_FILES, ATTACK_FILE)
-    assert got[: len(per_run) * len(jobs)] == [f"{j.path}/{f}" for j in jobs for f in per_run]
-    reports = got[len(per_run) * len(jobs) :]
+    runs = [f"{j.path}/{f}" for j in jobs for f in RUN_FILES]
+    runs += [f"{j.path}/{ATTACK_FILE}" for j in jobs if j.switches["attack"]]
+    assert 0 < sum(j.switches["attack"] for j in jobs) < len(jobs)  # the smoke grid has both
+    assert got[: len(runs)] == runs
+    reports = got[len(runs) :]
     assert reports[:6] == [
         "results/tables/seg_main_duke.csv",
         "results/tables/seg_main_umn.csv",
@@ -122,9 +125,47 @@ def test_targets_are_every_run_file_then_the_reports(jobs):
     assert targets([]) == []
 
 
+def _seg_grid(*blocks):
+    config = yaml.safe_load(SMOKE_CONFIG.read_text())
+    config["seg"]["grid"] = list(blocks)
+    config.pop("audit")  # its cells name runs of the smoke grid
+    return check_config(config, SCHEMA)
+
+
+_CELL = {"datasets": ["duke"], "models": ["unet"], "clips": ["none"], "morphs": ["none"],
+         "eps": ["inf"], "seeds": [0]}  # fmt: skip
+
+
+def test_a_block_without_the_attack_trains_the_same_and_is_not_scored():
+    other = _CELL | {"models": ["unetpp"]}
+    scored, unscored = _seg_grid(_CELL, other), _seg_grid(_CELL, other | {"attack": False})
+    unet, unetpp = (f"results/seg/duke/{m}/none/none/epsinf/seed0" for m in ("unet", "unetpp"))
+    assert {f"{unet}/{ATTACK_FILE}", f"{unetpp}/{ATTACK_FILE}"} <= set(targets(scored.jobs("seg")))
+    got = targets(unscored.jobs("seg"))
+    assert f"{unet}/{ATTACK_FILE}" in got and f"{unetpp}/{ATTACK_FILE}" not in got
+    assert {f"{unetpp}/{name}" for name in RUN_FILES} <= set(got)
+    report = REPORTS["seg_attack_report"]
+    assert report.inputs(unscored.jobs("seg"))["attack_paths"] == [f"{unet}/{ATTACK_FILE}"]
+    # a switch, not a hyperparameter: flipping it leaves the training rule's params alone
+    wildcards = dict(dataset="duke", model="unetpp", clip="none", morph="none", eps="inf", seed="0")
+    assert scored.params("seg", wildcards) == unscored.params("seg", wildcards)
+
+
+def test_a_grid_without_attacked_cells_has_no_attack_report():
+    grid = _seg_grid(_CELL | {"attack": False})
+    assert not [t for t in targets(grid.jobs("seg")) if "attack" in t]
+    assert any("seg_attack_report" in note for note in grid.notes())
+
+
+def test_one_cell_with_two_attack_values_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"seg\.grid\[1\].*also in seg\.grid\[0\].*attack"):
+        _seg_grid(_CELL, _CELL | {"attack": False})
+
+
 def test_reports_follow_the_cells_of_the_grid(jobs):
     plain = [j for j in jobs if j.wc["eps"] == "inf" and j.wc["morph"] == "none"]
-    reports = targets(plain)[len(plain) * (len(RUN_FILES) + 1) :]
+    runs = len(plain) * len(RUN_FILES) + sum(j.switches["attack"] for j in plain)
+    reports = targets(plain)[runs:]
     per_dataset = [f"results/tables/seg_main_{d}.csv" for d in SEG_DATASETS]
     per_dataset += [f"results/figures/seg_{DATASET_FIGURE[d]}_{d}.png" for d in SEG_DATASETS]
     paper = [

@@ -276,3 +276,11 @@ def test_efficiency_is_the_slope_between_the_first_and_last_defined_rounds():
     assert xcal_module.efficiency([0.2, None, 0.5], [1.0, 2.0, 4.0]) == pytest.approx(0.1)
     assert xcal_module.efficiency([0.2, 0.3], [None, None]) is None  # non-private
     assert xcal_module.efficiency([0.2, 0.3], [2.0, 2.0]) is None  # no ε spent in between
+
+
+def test_efficiency_is_undefined_when_epsilon_moved_only_by_round_off():
+    """Demo dermamnist label-skew c3: one client spent its budget in round 1, so the max ε read
+    4.9999974 then 4.9999981 and the old slope reported ΔF1/Δε = −32904."""
+    f1, eps = [0.1364, 0.0355, 0.1126], [4.999997365, 4.999997365, 4.999998090]
+    assert xcal_module.efficiency(f1, eps) is None
+    assert xcal_module.efficiency([0.1, 0.2], [4.9, 5.0]) == pytest.approx(1.0)

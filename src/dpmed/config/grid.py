@@ -14,7 +14,7 @@ import copy
 import itertools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +28,14 @@ from dpmed.studies import STUDIES
 
 @dataclass(frozen=True)
 class Job:
-    """One cell of a study grid: its wildcards, hyperparameters and the block it came from."""
+    """One cell of a study grid: its wildcards, hyperparameters, the block it came from and
+    that block's output switches (`StudySpec.switches`)."""
 
     study: str
     wildcards: Wildcards
     params: Mapping[str, Any]
     block: str
+    switches: Mapping[str, bool] = field(default_factory=dict)
 
     @property
     def wc(self) -> dict[str, str]:
@@ -62,7 +64,7 @@ def expand_study(config: Mapping[str, Any], study: str) -> list[Job]:
     """All valid jobs of `study`, in block order, without duplicates.
 
     Raises ConfigError naming the block when it yields no valid job, and naming both blocks
-    when two give the same job different hyperparameters.
+    when two give the same job different hyperparameters or switches.
     """
     spec = STUDIES[study]
     section = config[study]
@@ -70,6 +72,7 @@ def expand_study(config: Mapping[str, Any], study: str) -> list[Job]:
     for index, block in enumerate(section["grid"]):
         key = f"{study}.grid[{index}]"
         params = _merged(section["defaults"], block.get("params", {}))
+        switches = {key: bool(block.get(key, default)) for key, default in spec.switches.items()}
         reasons: set[str] = set()
         produced = 0
         lists = [block[axis] for axis, _ in spec.axes]
@@ -89,13 +92,19 @@ def expand_study(config: Mapping[str, Any], study: str) -> list[Job]:
                     reasons.add(reason)
                     continue
                 produced += 1
-                job = Job(study, wildcards, job_params, key)
+                job = Job(study, wildcards, job_params, key, switches)
                 previous = jobs.get(wildcards)
                 if previous is not None and previous.params != job_params:
                     raise ConfigError(
                         key,
                         f"job {job.path} is also in {previous.block} with different params; "
                         "give each job one set of hyperparameters",
+                    )
+                if previous is not None and previous.switches != switches:
+                    raise ConfigError(
+                        key,
+                        f"job {job.path} is also in {previous.block} with other "
+                        f"{', '.join(sorted(spec.switches))}; give each job one value",
                     )
                 jobs.setdefault(wildcards, job)
         if produced == 0:

@@ -75,6 +75,9 @@ class StudySpec:
             figures that rules/report.smk generates (a study may also write its own rules).
         notes: for the expanded jobs, the tables and figures the grid cannot feed and what
             grid cells they need (printed when the workflow loads).
+        switches: block keys that choose which outputs a job's run gets, not how it trains
+            (key → default, e.g. seg's `attack`); each job carries its block's values in
+            `Job.switches`, outside its hyperparameters, so flipping one retrains nothing.
     """
 
     name: str
@@ -90,6 +93,7 @@ class StudySpec:
     check: Callable[[Mapping[str, Any], Sequence[Any]], None] = field(default=_no_check)
     reports: Mapping[str, Any] = field(default_factory=dict)
     notes: Callable[[Sequence[Any]], list[str]] = field(default=_no_notes)
+    switches: Mapping[str, bool] = field(default_factory=dict)
 
     @property
     def wildcards(self) -> tuple[str, ...]:

@@ -99,8 +99,9 @@ def _xcal(config: Mapping[str, Any], job: Job, eps: float) -> Calibration:
 
     wc, params = job.wc, job.params
     dataset = wc["dataset"]
-    n = int(config["data"][dataset]["synthetic"]["counts"][0])
-    labels = medmnist_labels(dataset, n, seed=0)
+    synthetic = config["data"][dataset]["synthetic"]
+    n = int(synthetic["counts"][0])
+    labels = medmnist_labels(dataset, n, seed=0, balance=synthetic.get("class_balance", "official"))
     images = np.zeros((n, 1, 1, 1), dtype=np.uint8)  # counts only
     context = job_context(job)
     seed = stable_seed("xcal-partition", *(wc[k] for k in ("dataset", "shift", "clients", "seed")))

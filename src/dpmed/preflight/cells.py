@@ -35,6 +35,7 @@ from typing import Any
 
 from dpmed.config.grid import Grid, Job
 from dpmed.config.wildcards import parse_eps
+from dpmed.seg.spec import attacked
 
 # The job_cost rules each study's cells are priced under (seg jobs are trained then attacked).
 STUDY_RULES: dict[str, tuple[str, ...]] = {
@@ -146,6 +147,12 @@ class Cell:
     def eps(self) -> list[float]:
         """The distinct ε of the cell's jobs, ascending (inf for a non-private cell)."""
         return sorted({parse_eps(job.wc["eps"]) for job in self.jobs})
+
+
+def rule_jobs(cell: Cell, rule: str) -> list[Job]:
+    """The jobs of `cell` that run `rule`: all of them, but seg_attack only for the cells of
+    blocks with the attack on (`dpmed.seg.spec.attacked`)."""
+    return attacked(cell.jobs) if rule == "seg_attack" else list(cell.jobs)
 
 
 def distinct_cells(grid: Grid, studies: Iterable[str] = STUDY_RULES) -> list[Cell]:

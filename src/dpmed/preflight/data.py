@@ -59,9 +59,10 @@ def seg_data(
     return SegData(dataset, splits, n_classes, eval_classes(dataset, n_classes))
 
 
-def medmnist_labels(dataset: str, n: int, seed: int) -> np.ndarray:
-    """`n` labels with the official train proportions (the synthetic generator's counts)."""
-    counts = class_counts(dataset_info(dataset), n)
+def medmnist_labels(dataset: str, n: int, seed: int, balance: str = "official") -> np.ndarray:
+    """`n` labels with the synthetic generator's class counts (`balance`: its
+    `synthetic.class_balance`, official train proportions or uniform)."""
+    counts = class_counts(dataset_info(dataset), n, balance)
     labels = np.repeat(np.arange(len(counts)), counts)
     return np.random.default_rng(seed).permutation(labels).astype(np.int64)
 
@@ -71,9 +72,11 @@ def write_medmnist(cfg: Mapping[str, Any], dataset: str, folder: Path, seed: int
     configured size and counts."""
     info, size = dataset_info(dataset), int(cfg["size"])
     rng = np.random.default_rng(seed)
+    balance = cfg["synthetic"].get("class_balance", "official")
     for split, n in zip(SPLITS, cfg["synthetic"]["counts"], strict=True):
         images = rng.integers(0, 256, (n, size, size, info.channels), dtype=np.uint8)
-        write_npz(folder / f"{split}.npz", images=images, labels=medmnist_labels(dataset, n, seed))
+        labels = medmnist_labels(dataset, n, seed, balance)
+        write_npz(folder / f"{split}.npz", images=images, labels=labels)
     write_json(folder / "meta.json", {"dataset": dataset, "n_classes": info.n_classes,
                                       "channels": info.channels, "size": size})  # fmt: skip
     return folder

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from dpmed.preflight.cells import STUDY_RULES, Cell
+from dpmed.preflight.cells import STUDY_RULES, Cell, rule_jobs
 from dpmed.preflight.cost import RULE_COST
 
 NO_GPU = "unknown (no GPU measured)"
@@ -30,11 +30,14 @@ def cost_frame(
     rows = []
     for cell, m in measured:
         for rule in STUDY_RULES[cell.study]:
-            row = {"study": cell.study, "rule": rule, "cell": cell.name, "jobs": len(cell.jobs),
+            jobs = rule_jobs(cell, rule)
+            if not jobs:
+                continue
+            row = {"study": cell.study, "rule": rule, "cell": cell.name, "jobs": len(jobs),
                    "measured_by": m.get("measured_by", cell.name), "device": m.get("device", ""),
                    "status": m.get("status", "error")}  # fmt: skip
             if m.get("status") == "ok":
-                costs = [RULE_COST[rule](config["data"], j.wc, j.params, m) for j in cell.jobs]
+                costs = [RULE_COST[rule](config["data"], j.wc, j.params, m) for j in jobs]
                 hours = sum(seconds for _, seconds in costs) / 3600
                 row |= {"steps_per_job": sum(s for s, _ in costs) / len(costs),
                         "s_per_step": m["attack_seconds_per_batch" if rule == "seg_attack"

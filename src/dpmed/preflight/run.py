@@ -33,6 +33,7 @@ from dpmed.preflight.cells import (
     evaluation_key,
     nearest,
     probe_key,
+    rule_jobs,
     sample_cells,
 )
 from dpmed.preflight.points import CELL_FILE
@@ -186,7 +187,9 @@ def cell_rows(
     rows = []
     for rule in STUDY_RULES[cell.study]:
         for cal in calibrations:
-            jobs = [j for j in cell.jobs if parse_eps(j.wc["eps"]) == cal.eps]
+            jobs = [j for j in rule_jobs(cell, rule) if parse_eps(j.wc["eps"]) == cal.eps]
+            if not jobs:
+                continue
             req = _request(rule, config, jobs[0], gpu)
             peak = measures.get("peak_rss_mb", math.nan)
             fits = ok and peak * FIT_MARGIN <= req.mem_mb

@@ -190,6 +190,8 @@ class Need:
 
 
 _NO_SWEEP = "a block without `sweep` whose morphs include"
+# A cell the paper's qualitative figures show: plain clip rule, no or fixed morphology.
+_shown_cell = _any_cell(lambda wc: _plain_clip(wc) and morph_kind(wc["morph"]) != "adaptive")
 NEEDS: dict[str, Need] = {
     "paper": Need(
         lambda jobs: bool(main_datasets(jobs)),
@@ -216,15 +218,22 @@ NEEDS: dict[str, Need] = {
         _any_cell(lambda wc: _plain_clip(wc) and wc["morph"] == LAYER_VARIANT),
         f"{_NO_SWEEP} {LAYER_VARIANT} (no -q/-s suffix)",
     ),
-    "shown": Need(
-        _any_cell(lambda wc: _plain_clip(wc) and morph_kind(wc["morph"]) != "adaptive"),
-        f"{_NO_SWEEP} none or <op>-k<k>",
+    "shown": Need(_shown_cell, f"{_NO_SWEEP} none or <op>-k<k>"),
+    "attacked": Need(
+        lambda jobs: _shown_cell(attacked(jobs)),
+        f"{_NO_SWEEP} none or <op>-k<k>, and `attack` on (the default)",
     ),
     "fixed": Need(
         _any_cell(lambda wc: _plain_clip(wc) and morph_kind(wc["morph"]) == "fixed"),
         f"{_NO_SWEEP} a fixed morphology <op>-k<k> (open, close or both)",
     ),
 }
+
+
+def attacked(jobs: Sequence[Any]) -> list[Any]:
+    """The jobs the membership attack scores: those of blocks with `attack: true` (the default;
+    `attack: false` leaves, e.g., a demo's too-short coverage runs unscored)."""
+    return [job for job in jobs if job.switches.get("attack", True)]
 
 
 def run_files(jobs: Sequence[Any], *names: str) -> list[str]:
@@ -355,7 +364,7 @@ _add(
 )
 _add(
     "seg_attack_report",
-    "shown",
+    "attacked",
     ReportOutput(
         f"{_WRITERS}.attack:attack_report",
         {
@@ -363,7 +372,7 @@ _add(
             "csv_path": ("results/tables/seg_attack", "seg_attack"),
         },
         "Fig. 9",
-        inputs=lambda jobs: {"attack_paths": run_files(jobs, ATTACK_FILE)},
+        inputs=lambda jobs: {"attack_paths": run_files(attacked(jobs), ATTACK_FILE)},
     ),
 )
 _add(
@@ -472,9 +481,10 @@ _add(
 
 
 def targets(jobs: Sequence[Any]) -> list[str]:
-    """Every run file (with attack.json) of every job, then the tables and figures the grid
-    has cells for ([] for an empty grid)."""
-    return run_files(jobs, *RUN_FILES, ATTACK_FILE) + report_targets(REPORTS, jobs)
+    """Every run file of every job, attack.json of the attacked ones, then the tables and
+    figures the grid has cells for ([] for an empty grid)."""
+    runs = run_files(jobs, *RUN_FILES) + run_files(attacked(jobs), ATTACK_FILE)
+    return runs + report_targets(REPORTS, jobs)
 
 
 def notes(jobs: Sequence[Any]) -> list[str]:
@@ -565,6 +575,7 @@ SPEC = StudySpec(
     sweep=sweep,
     wildcard_params=lambda wc: clip_overrides(str(wc["clip"])),
     check=check_config,
+    switches={"attack": True},
     reports=REPORTS,
     notes=notes,
 )

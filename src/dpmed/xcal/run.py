@@ -366,13 +366,23 @@ def write_gradcam(path: Path, evaluation: xcal_eval.Evaluation) -> None:
     )
 
 
+EFFICIENCY_MIN_EPS_RISE = 0.01
+"""Smallest rise of ε between the first and last evaluated round, as a fraction of the last ε,
+over which a slope is reported. Below it ε has effectively not moved (a client that spent its
+whole budget in round 1 moves the max-over-clients ε by ~1e-7 of accountant round-off) and the
+ratio would only amplify that round-off (a ΔF1 of −0.02 over Δε = 7e-7 reads −3·10⁴)."""
+
+
 def efficiency(values: list[float | None], eps: list[float | None]) -> float | None:
     """(last − first) / (ε_last − ε_first) over the rounds that have a value (None if ε is
-    unchanged or undefined)."""
+    undefined or rose by less than EFFICIENCY_MIN_EPS_RISE of ε_last)."""
     pairs = [(v, e) for v, e in zip(values, eps, strict=True) if v is not None and e is not None]
-    if len(pairs) < 2 or not pairs[-1][1] > pairs[0][1]:
+    if len(pairs) < 2:
         return None
-    return (pairs[-1][0] - pairs[0][0]) / (pairs[-1][1] - pairs[0][1])
+    (first, eps_first), (last, eps_last) = pairs[0], pairs[-1]
+    if not eps_last - eps_first > EFFICIENCY_MIN_EPS_RISE * eps_last:
+        return None
+    return (last - first) / (eps_last - eps_first)
 
 
 def run_metrics(

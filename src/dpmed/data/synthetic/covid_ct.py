@@ -40,20 +40,25 @@ MAX_BLOBS = 4
 def generate(raw_dir: Path, dataset: str, cfg: dict, seed: int) -> None:
     """Write `tr_im.nii.gz` and `tr_mask.nii.gz` into `raw_dir` (replaced atomically).
 
-    Sizes come from `cfg["synthetic"]`: `shape` = [H, W], `n_slices` = N. `dataset` is the
+    Sizes come from `cfg["synthetic"]`: `shape` = [H, W], `n_slices` = N; the optional
+    `lesion_scale` (default 1) multiplies the lesion size (`synthesize`). `dataset` is the
     dataset name ("covidct"); it does not change the content. Same seed → identical bytes.
     """
-    height, width = (int(v) for v in cfg["synthetic"]["shape"])
-    hu, labels, _ = synthesize((height, width), int(cfg["synthetic"]["n_slices"]), seed)
+    syn = cfg["synthetic"]
+    height, width = (int(v) for v in syn["shape"])
+    scale = float(syn.get("lesion_scale", 1.0))
+    hu, labels, _ = synthesize((height, width), int(syn["n_slices"]), seed, lesion_scale=scale)
     with atomic_dir(raw_dir) as tmp:
         write_nifti(tmp / "tr_im.nii.gz", hu)
         write_nifti(tmp / "tr_mask.nii.gz", labels)
 
 
 def synthesize(
-    shape: tuple[int, int], n_slices: int, seed: int
+    shape: tuple[int, int], n_slices: int, seed: int, lesion_scale: float = 1.0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Draw one synthetic CT volume.
+    """Draw one synthetic CT volume. `lesion_scale` multiplies every blob's drawn size (0.2–0.45
+    of its lung's semi-axes; the draws do not change, so scale 1 gives the same volume): at a
+    coarse training size, e.g. 32×32, the default blobs are 1–3 px across.
 
     Returns `(hu, labels, lungs)`, each H×W×N: `hu` float32 Hounsfield units (integers),
     `labels` uint8 in {0, 1, 2, 3}, `lungs` bool lung mask (every label 1–3 lies inside it).
@@ -73,7 +78,9 @@ def synthesize(
 
     labels = np.zeros((n_slices, height, width), dtype=np.uint8)
     infected = _infected_slices(rng, n_slices)
-    _add_lesions(rng, hu, labels, lungs, lung_geometry, infected, yy, xx, texture, coarse)
+    _add_lesions(
+        rng, hu, labels, lungs, lung_geometry, infected, yy, xx, texture, coarse, lesion_scale
+    )
     hu = _add_effusion(rng, hu, labels, lungs, lung_geometry, infected, yy, xx)
 
     hu = hu + NOISE_HU * rng.standard_normal(hu.shape, dtype=np.float32)
@@ -182,6 +189,7 @@ def _add_lesions(
     xx: np.ndarray,
     texture: np.ndarray,
     coarse: np.ndarray,
+    lesion_scale: float = 1.0,
 ) -> None:
     """Paint up to MAX_BLOBS irregular ground-glass / consolidation blobs per infected slice,
     clipped to the lungs, in place: HU into `hu`, labels 1 / 2 into `labels` (2 overrides 1).
@@ -198,7 +206,7 @@ def _add_lesions(
         lung_ry, lung_rx = geometry["ry"][side, slots], geometry["rx"][side, slots]
         cy = geometry["cy"][side, slots] + rho * lung_ry * np.sin(theta)
         cx = geometry["cx"][side, slots] + rho * lung_rx * np.cos(theta)
-        size = rng.uniform(0.2, 0.45, n)
+        size = rng.uniform(0.2, 0.45, n) * lesion_scale
         cons = rng.random(n) < 0.35
         target = np.where(cons, rng.uniform(-50.0, 40.0, n), GGO_HU)
         idx = np.nonzero(active)[0]

@@ -4,9 +4,11 @@ Writes `{flag}.npz` (size 28) or `{flag}_{size}.npz` with the official keys `tra
 train_labels, val_images, val_labels, test_images, test_labels`; images uint8 (N, H, W) for
 PneumoniaMNIST and (N, H, W, 3) for the RGB flags, labels uint8 (N, 1).
 
-Class balance: per split, one image per class first (when the split has at least n_classes
-images), the rest by largest remainder on the official TRAIN class frequencies; the labels are
-then shuffled.
+Class balance (`synthetic.class_balance`): `official` (default) gives, per split, one image
+per class first (when the split has at least n_classes images), the rest by largest remainder on
+the official TRAIN class frequencies; `uniform` gives every class n // n_classes images and one
+more to the lowest class indices, so class counts differ by at most 1 (a small demo split where
+the rare official classes would get 1–3 training images). The labels are then shuffled.
 
 Content: each image shows one large, roughly centred object (like the cell or lesion that fills
 most of a real MedMNIST image) on a tissue-like background. The object's class sets its shape
@@ -47,6 +49,7 @@ OBJECT_SCALE = (0.75, 0.95)  # object half-size range, fraction of the half imag
 CENTRE_JITTER = 0.1  # object centre offset range, fraction of the half image side
 COLOUR_JITTER = 0.03  # per-image SD of the object colour around its class colour
 FIELD_AMPLITUDES = (0.04, 0.02)  # coarse and fine background texture (relative brightness)
+CLASS_BALANCES = ("official", "uniform")  # `synthetic.class_balance` values (module docstring)
 
 Sdf = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
@@ -127,14 +130,15 @@ def generate(raw_dir: Path, dataset: str, cfg: dict, seed: int) -> None:
     """Write the synthetic `{flag}[_{size}].npz` of `dataset` into `raw_dir` (replaced atomically).
 
     `cfg["size"]`: image side (28, 64, 128 or 224); `cfg["synthetic"]["counts"]`: images in
-    train, val, test.
+    train, val, test; `cfg["synthetic"]["class_balance"]`: `official` (default) or `uniform`.
     """
     info = dataset_info(dataset)
-    size, counts = _check_cfg(dataset, cfg)
+    size, counts, balance = _check_cfg(dataset, cfg)
     rng = np.random.default_rng(seed)
     arrays: dict[str, np.ndarray] = {}
     for split, n in zip(SPLITS, counts, strict=True):
-        labels = rng.permutation(np.repeat(np.arange(info.n_classes), class_counts(info, n)))
+        per_class = class_counts(info, n, balance)
+        labels = rng.permutation(np.repeat(np.arange(info.n_classes), per_class))
         images = render(labels, size, info, rng)
         arrays[f"{split}_images"] = images
         arrays[f"{split}_labels"] = labels.astype(np.uint8)[:, None]
@@ -142,8 +146,9 @@ def generate(raw_dir: Path, dataset: str, cfg: dict, seed: int) -> None:
         write_npz(Path(tmp) / npz_name(dataset, size), **arrays)
 
 
-def _check_cfg(dataset: str, cfg: dict) -> tuple[int, list[int]]:
-    """Return (size, [n_train, n_val, n_test]) or raise ConfigError naming the key."""
+def _check_cfg(dataset: str, cfg: dict) -> tuple[int, list[int], str]:
+    """Return (size, [n_train, n_val, n_test], class_balance) or raise ConfigError naming the
+    key."""
     size = cfg["size"]
     if size not in OFFICIAL_SIZES:
         raise ConfigError(
@@ -154,12 +159,22 @@ def _check_cfg(dataset: str, cfg: dict) -> tuple[int, list[int]]:
         raise ConfigError(
             f"data.{dataset}.synthetic.counts", f"{counts} must be 3 non-negative integers"
         )
-    return int(size), counts
+    balance = cfg["synthetic"].get("class_balance", "official")
+    if balance not in CLASS_BALANCES:
+        raise ConfigError(
+            f"data.{dataset}.synthetic.class_balance", f"{balance!r} is not one of {CLASS_BALANCES}"
+        )
+    return int(size), counts, balance
 
 
-def class_counts(info: MedMNISTInfo, n: int) -> np.ndarray:
-    """Images per class for a split of `n` images: 1 per class when n ≥ n_classes, the rest
-    by largest remainder on the official train proportions (ties → lower class index)."""
+def class_counts(info: MedMNISTInfo, n: int, balance: str = "official") -> np.ndarray:
+    """Images per class for a split of `n` images. `official`: 1 per class when n ≥ n_classes,
+    the rest by largest remainder on the official train proportions (ties → lower class
+    index); `uniform`: n // n_classes each, the remainder one each to the lowest indices."""
+    if balance == "uniform":
+        counts = np.full(info.n_classes, n // info.n_classes, dtype=np.int64)
+        counts[: n % info.n_classes] += 1
+        return counts
     base = np.full(info.n_classes, 1 if n >= info.n_classes else 0, dtype=np.int64)
     rest = n - int(base.sum())
     quota = rest * info.train_proportions

@@ -86,11 +86,13 @@ def generate(raw_dir: Path, dataset: str, cfg: dict, seed: int) -> None:
     """Write the synthetic raw files of `dataset` ("duke" or "umn") into `raw_dir`.
 
     Sizes come from cfg["synthetic"]: shape [H, W], n_subjects, n_bscans (and n_annotated for
-    duke). The folder is replaced atomically. Same seed → byte-identical files.
+    duke); the optional `fluid_scale` (default 1) multiplies every fluid pocket's width and
+    height (`_pocket`). The folder is replaced atomically. Same seed → byte-identical files.
     """
     syn = cfg["synthetic"]
     height, width = (int(v) for v in syn["shape"])
     n_subjects, n_bscans = int(syn["n_subjects"]), int(syn["n_bscans"])
+    fluid_scale = float(syn.get("fluid_scale", 1.0))
     rng = np.random.default_rng(seed)
     with atomic_dir(raw_dir) as tmp:
         if dataset == "duke":
@@ -100,10 +102,11 @@ def generate(raw_dir: Path, dataset: str, cfg: dict, seed: int) -> None:
                     "data.duke.synthetic.n_annotated", f"must be in 1..n_bscans ({n_bscans})"
                 )
             for index in range(1, n_subjects + 1):
-                variables = _duke_subject(rng, height, width, n_bscans, n_annotated)
+                variables = _duke_subject(rng, height, width, n_bscans, n_annotated, fluid_scale)
                 _savemat(tmp / f"Subject_{index:02d}.mat", variables)
         elif dataset == "umn":
-            _savemat(tmp / "UMNDataset.mat", _umn_dataset(rng, height, width, n_bscans, n_subjects))
+            umn = _umn_dataset(rng, height, width, n_bscans, n_subjects, fluid_scale)
+            _savemat(tmp / "UMNDataset.mat", umn)
         else:
             raise ValueError(f"the OCT generator makes 'duke' or 'umn', not '{dataset}'")
 
@@ -116,10 +119,15 @@ def _savemat(path: Path, variables: dict[str, np.ndarray]) -> None:
 
 
 def _duke_subject(
-    rng: np.random.Generator, height: int, width: int, n_bscans: int, n_annotated: int
+    rng: np.random.Generator,
+    height: int,
+    width: int,
+    n_bscans: int,
+    n_annotated: int,
+    fluid_scale: float = 1.0,
 ) -> dict[str, np.ndarray]:
     """One Duke subject: the volume plus NaN-masked annotations of `n_annotated` B-scans."""
-    images, boundaries, fluid1, fluid2 = retina_volume(rng, height, width, n_bscans)
+    images, boundaries, fluid1, fluid2 = retina_volume(rng, height, width, n_bscans, fluid_scale)
     annotated = [(2 * i + 1) * n_bscans // (2 * n_annotated) for i in range(n_annotated)]
     layers1 = np.full((8, width, n_bscans), np.nan)
     layers2 = np.full((8, width, n_bscans), np.nan)
@@ -155,7 +163,12 @@ def _grader_offset(rng: np.random.Generator, width: int) -> np.ndarray:
 
 
 def _umn_dataset(
-    rng: np.random.Generator, height: int, width: int, n_bscans: int, n_subjects: int
+    rng: np.random.Generator,
+    height: int,
+    width: int,
+    n_bscans: int,
+    n_subjects: int,
+    fluid_scale: float = 1.0,
 ) -> dict[str, np.ndarray]:
     """UMN layout: 1×n cell arrays (numpy object arrays) of volumes and binary fluid masks."""
     cells = {
@@ -163,7 +176,7 @@ def _umn_dataset(
         for name in ("AllSubjects", "ManualFluid1", "ManualFluid2")
     }
     for i in range(n_subjects):
-        images, _, fluid1, fluid2 = retina_volume(rng, height, width, n_bscans)
+        images, _, fluid1, fluid2 = retina_volume(rng, height, width, n_bscans, fluid_scale)
         cells["AllSubjects"][0, i] = images
         cells["ManualFluid1"][0, i] = (fluid1 > 0).astype(np.uint8)
         cells["ManualFluid2"][0, i] = (fluid2 > 0).astype(np.uint8)
@@ -171,14 +184,14 @@ def _umn_dataset(
 
 
 def retina_volume(
-    rng: np.random.Generator, height: int, width: int, n_bscans: int
+    rng: np.random.Generator, height: int, width: int, n_bscans: int, fluid_scale: float = 1.0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Generate one subject's volume.
+    """Generate one subject's volume (`fluid_scale` multiplies each pocket's width and height).
 
     Returns images (H, W, B) uint8, boundaries (8, W, B) float64 (1-based rows, exact
     geometry), and fluid pocket ids of grader 1 and grader 2 (H, W, B) uint8 (0 = no fluid).
     """
-    anatomy = _anatomy(rng, height, width, n_bscans)
+    anatomy = _anatomy(rng, height, width, n_bscans, fluid_scale)
     images = np.empty((height, width, n_bscans), dtype=np.uint8)
     boundaries = np.empty((8, width, n_bscans))
     fluid1 = np.zeros((height, width, n_bscans), dtype=np.uint8)
@@ -192,9 +205,13 @@ def retina_volume(
     return images, boundaries, fluid1, fluid2
 
 
-def _anatomy(rng: np.random.Generator, height: int, width: int, n_bscans: int) -> Anatomy:
+def _anatomy(
+    rng: np.random.Generator, height: int, width: int, n_bscans: int, fluid_scale: float = 1.0
+) -> Anatomy:
     """Draw one subject's anatomy (retina position, undulations, fovea, fluid pockets)."""
-    pockets = tuple(_pocket(rng, height, width, n_bscans) for _ in range(int(rng.integers(1, 6))))
+    pockets = tuple(
+        _pocket(rng, height, width, n_bscans, fluid_scale) for _ in range(int(rng.integers(1, 6)))
+    )
     return Anatomy(
         rpe_row=rng.uniform(0.58, 0.66) * height,
         tilt=rng.uniform(-0.05, 0.05) * height,
@@ -213,18 +230,23 @@ def _anatomy(rng: np.random.Generator, height: int, width: int, n_bscans: int) -
     )
 
 
-def _pocket(rng: np.random.Generator, height: int, width: int, n_bscans: int) -> Pocket:
+def _pocket(
+    rng: np.random.Generator, height: int, width: int, n_bscans: int, fluid_scale: float = 1.0
+) -> Pocket:
     """Draw one fluid pocket in the central columns and B-scans. Its slow-axis half-depth stays
-    below the distance to the first and last B-scan, so (for B ≥ 3) those are fluid-free."""
+    below the distance to the first and last B-scan, so (for B ≥ 3) those are fluid-free.
+    `fluid_scale` multiplies the drawn half-width and swell (the draws themselves do not change,
+    so scale 1 gives the same pockets): at a coarse training size, e.g. 32×32, the default
+    pockets are 1–2 px tall, and a scale of 2–3 makes them a few pixels wide and tall."""
     centre = rng.uniform(0.3, 0.7) * (n_bscans - 1)
     room = min(centre, n_bscans - 1 - centre)
     return Pocket(
         layer=int(rng.choice(FLUID_LAYERS, p=[0.4, 0.6])),
         col=rng.uniform(0.25, 0.75) * width,
         bscan=centre,
-        half_width=rng.uniform(0.03, 0.08) * width,
+        half_width=rng.uniform(0.03, 0.08) * width * fluid_scale,
         half_depth=max(0.6, rng.uniform(0.6, 0.95) * room),
-        swell=rng.uniform(0.02, 0.06) * height,
+        swell=rng.uniform(0.02, 0.06) * height * fluid_scale,
         grader2_scale=rng.uniform(0.85, 1.15),
     )
 
