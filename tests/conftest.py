@@ -108,10 +108,12 @@ def site_slurm_profile(root: Path) -> Path:
 
 
 def unit_duke_config() -> dict:
-    """data.duke of config/smoke.yaml with 10 subjects (18 training images) instead of the
-    demo's 40: in-process unit tests train on it in seconds."""
+    """data.duke of config/smoke.yaml with 10 subjects split 60/20/20 (18 training, 6 val and
+    6 test images) instead of the demo's 134 split for the attack: in-process unit tests train
+    on it in seconds."""
     cfg = yaml.safe_load(SMOKE_CONFIG.read_text())["data"]["duke"]
     cfg["synthetic"] = cfg["synthetic"] | {"n_subjects": 10}
+    cfg["split"] = [0.6, 0.2, 0.2]
     return cfg
 
 

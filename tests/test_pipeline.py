@@ -98,34 +98,39 @@ def test_rerun_from_scratch_is_byte_identical(smoke_run, tmp_path_factory):
 
 
 def covidct_block(config: dict) -> dict:
-    """The smoke grid's only COVID-19 CT block."""
+    """The smoke grid's only COVID-19 CT block (its attack is off)."""
     (block,) = [b for b in config["seg"]["grid"] if b["datasets"] == ["covidct"]]
+    return block
+
+
+def duke_flat_eps_block(config: dict) -> dict:
+    """The smoke grid's Duke UNet block of flat DP-SGD at two more ε (its cells are attacked)."""
+    (block,) = [b for b in config["seg"]["grid"] if b["eps"] == [10, 200]]
     return block
 
 
 def test_editing_one_eps_reruns_only_its_cells_and_readers(smoke_run, tmp_path):
     def edit(config):
-        block = covidct_block(config)  # infnet × {none, flat} × {none, close-k3}
-        assert block["eps"] == [50, "inf"]
-        block["eps"] = [40, "inf"]
+        block = duke_flat_eps_block(config)
+        assert (block["models"], block["clips"], block["morphs"]) == (["unet"], ["flat"], ["none"])
+        block["eps"] = [10, 150]
 
     edited = edited_smoke_config(tmp_path, edit)
     result = run_snakemake("-n", "--directory", str(smoke_run), "--configfile", str(edited))
     jobs = planned_jobs(result.stdout)
     training = [job for job in jobs if job["rule"] in TRAINING_RULES]
-    # The two private covidct cells at the new ε: training and attack, nothing else.
+    # The one cell at the new ε: training and attack, nothing else.
     assert sorted((job["rule"], job["wildcards"]) for job in training) == sorted(
-        (rule, f"dataset=covidct, model=infnet, clip=flat, morph={morph}, eps=40, seed=0")
+        (rule, "dataset=duke, model=unet, clip=flat, morph=none, eps=150, seed=0")
         for rule in ("seg_train", "seg_attack")
-        for morph in ("none", "close-k3")
     )
     readers = {job["rule"] for job in jobs} - set(TRAINING_RULES)
     assert {"privacy_summary", "seg_main_table", "seg_clipping_figure"} <= readers
     assert not any(rule.startswith(("fets_", "xcal_", "preprocess", "synth")) for rule in readers)
-    for rule, outputs in (("seg_main_table", "seg_main_covidct"), ("seg_clipping_figure", "fig5")):
+    for rule, outputs in (("seg_main_table", "seg_main_duke"), ("seg_clipping_figure", "fig3")):
         assert [outputs in job["output"] for job in jobs if job["rule"] == rule] == [True]
     # The old ε's outputs are not deleted or rerun, just no longer targets.
-    assert (smoke_run / "results/seg/covidct/infnet/flat/none/eps50/seed0/model.pt").exists()
+    assert (smoke_run / "results/seg/duke/unet/flat/none/eps200/seed0/model.pt").exists()
 
 
 def test_editing_block_params_reruns_that_block_for_changed_params(smoke_run, tmp_path):
@@ -135,11 +140,10 @@ def test_editing_block_params_reruns_that_block_for_changed_params(smoke_run, tm
     edited = edited_smoke_config(tmp_path, edit)
     result = run_snakemake("-n", "--directory", str(smoke_run), "--configfile", str(edited))
     training = [job for job in planned_jobs(result.stdout) if job["rule"] in TRAINING_RULES]
-    assert {job["rule"] for job in training} == {"seg_train", "seg_attack"}
+    assert {job["rule"] for job in training} == {"seg_train"}  # the block's attack is off
     assert all(job["wildcards"].startswith("dataset=covidct,") for job in training)
-    trained = [job for job in training if job["rule"] == "seg_train"]
-    assert len(trained) == 4  # every job of the block: its params hold C, used or not
-    assert all(job["reason"].startswith("Params have changed") for job in trained)
+    assert len(training) == 4  # every job of the block: its params hold C, used or not
+    assert all(job["reason"].startswith("Params have changed") for job in training)
 
 
 def dry_run_requests(tmp_path: Path, *config: str) -> list[dict[str, str]]:

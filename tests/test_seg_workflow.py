@@ -43,8 +43,10 @@ def test_every_run_has_its_outputs_and_privacy(smoke):
     workdir, jobs = smoke
     for job in jobs:
         folder = workdir / job.path
-        for name in (*RUN_FILES, ATTACK_FILE):
+        for name in RUN_FILES:
             assert (folder / name).exists(), folder / name
+        # attack.json exactly where the block's attack is on (`attack: false` blocks skip it)
+        assert (folder / ATTACK_FILE).exists() == job.switches["attack"], folder
         assert not (folder / "checkpoint.pt").exists()
         privacy = json.loads((folder / "privacy.json").read_text())
         history = pd.read_csv(folder / "diagnostics/history.csv")
