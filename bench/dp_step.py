@@ -51,10 +51,10 @@ from dpmed.privacy.dpsgd import (
     clipped_grad_sum,
     noisy_step,
     opacus_clip_factors,
-    resolve_grad_sample_mode,
     trainable,
     wrap_per_sample,
 )
+from dpmed.privacy.grad_sample_mode import resolve_grad_sample_mode
 from dpmed.runtime import select_device
 from dpmed.seg.losses import per_sample_loss
 

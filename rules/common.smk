@@ -3,6 +3,7 @@
 import sys
 from pathlib import Path
 
+from dpmed.benchmark_sampling import set_benchmark_interval
 from dpmed.config.checks import check_config
 from dpmed.config.wildcards import wildcard_patterns
 from dpmed.data.registry import ARRAY_FILES, datasets_writing, processed_files
@@ -13,6 +14,8 @@ from dpmed.studies import STUDIES
 
 
 GRID = check_config(config, DPMED_ROOT / "config" / "schema.yaml")
+# how often Snakemake samples a running job for its benchmark file (dpmed.benchmark_sampling)
+set_benchmark_interval(config["logging"]["benchmark_interval"])
 # Tables and figures the grid cannot feed are left out of the targets: say so and why (once,
 # not again in every job process that re-reads the workflow).
 if workflow.is_main_process:

@@ -13,13 +13,11 @@ from torch import nn
 from dpmed.models import build_model, model_arguments
 from dpmed.privacy.bookkeeping import BookkeepingModule, UnsupportedLayerError
 from dpmed.privacy.clipping import ClipRule, private_rules
-from dpmed.privacy.dpsgd import (
+from dpmed.privacy.dpsgd import ScaledPrivacyEngine, clipped_grad_sum, wrap_per_sample
+from dpmed.privacy.grad_sample_mode import (
     AUTO_GRAD_SAMPLE_MODE,
     GRAD_SAMPLE_MODES,
-    ScaledPrivacyEngine,
-    clipped_grad_sum,
     resolve_grad_sample_mode,
-    wrap_per_sample,
 )
 from dpmed.seg.losses import per_sample_loss
 

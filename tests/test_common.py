@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -86,6 +88,23 @@ def test_log_to_keeps_prints_and_the_traceback(tmp_path):
             raise ValueError("bad shape in x.nii.gz")
     text = log.read_text()
     assert "epoch 1" in text and "bad shape in x.nii.gz" in text and "Traceback" in text
+
+
+def test_a_job_process_exits_with_the_heap_frozen_and_its_log_written(tmp_path):
+    """The exit handler `log_to` registers freezes the collector (so shutdown does not scan
+    torch's objects) after the script's own handlers, and the log is complete."""
+    log = tmp_path / "job.log"
+    script = (
+        "import atexit, gc\n"
+        "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"
+        "from dpmed.logs import log_to\n"
+        f"with log_to({str(log)!r}):\n"
+        "    atexit.register(lambda: print('job handler, frozen:', gc.get_freeze_count() > 0))\n"
+        "    print('epoch 1')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["job handler, frozen: False", "frozen at exit: True"]
+    assert log.read_text() == "epoch 1\n"
 
 
 def _figure() -> plt.Figure:

@@ -21,7 +21,7 @@ def test_seg_non_private_learns_and_flat_dp_sgd_gains_with_eps(smoke_run):
     non_private = _metrics(runs / "none/none/epsinf/seed0")["dice"]
     flat = {eps: _metrics(runs / f"flat/none/eps{eps}/seed0")["dice"] for eps in (10, 50, 200)}
     assert non_private >= 0.7  # measured 0.81; an all-background prediction scores 0
-    # measured 0.69 < 0.76 < 0.80: Dice rises with eps, below the non-private model at the
+    # measured 0.70 < 0.76 < 0.79: Dice rises with eps, below the non-private model at the
     # smallest eps and within 0.6x of it at the largest
     assert flat[10] < flat[50] < flat[200] and flat[10] < non_private
     assert flat[200] >= 0.6 * non_private
@@ -48,12 +48,12 @@ def test_fets_learns_over_rounds_without_and_with_server_dp(smoke_run):
         dice = pd.read_csv(runs / run / "seed0/rounds.csv")[column]
         return float(dice.iloc[-1] - dice.iloc[0])
 
-    # measured +0.25 and +0.18 over 4 rounds (mean Dice over the labels, round 0 = the
+    # measured +0.28 and +0.15 over 3 rounds (mean Dice over the labels, round 0 = the
     # untrained model)
     assert gain("fedavg/none/epsinf") > 0.1 and gain("simagg/none/epsinf") > 0.1
     # the eps0 x collaborators sweep: with all 33 collaborators per round DP-FedAvg's
     # sensitivity 2C/m is 33x smaller, and sound DP-FedAvg at eps0 = 1e4 learns the whole tumour
-    # (Dice WT measured 0.025 -> 0.26 in 4 rounds; the mean over labels counts the background
+    # (Dice WT measured 0.025 -> 0.235 in 3 rounds; the mean over labels counts the background
     # too)
     assert gain("dp_fedavg-rho1/sound/eps10000", "dice_WT") > 0.15
 
@@ -71,7 +71,7 @@ def test_xcal_non_dp_classifier_beats_chance(smoke_run, dataset, classes, measur
 
 
 def test_xcal_private_methods_beat_chance_below_non_dp(smoke_run):
-    # BloodMNIST at eps 5, one seed: measured static 0.20, AGP 0.15, sound AGP 0.23, XCal-FL 0.20
+    # BloodMNIST at eps 5, one seed: measured static 0.19, AGP 0.18, sound AGP 0.16, XCal-FL 0.15
     # against chance 0.125 and non-DP 0.64
     runs = smoke_run / "results/xcal/bloodmnist/resnet18"
     private = [_metrics(runs / f"{m}/iid/c3/eps5/seed0")["f1"]
@@ -83,7 +83,7 @@ def test_xcal_private_methods_beat_chance_below_non_dp(smoke_run):
 
 def test_attack_scores_non_private_duke_unet_above_its_private_runs(smoke_run):
     # The attacked cells are the learning Duke UNet ones: AUC of both non-private seeds
-    # (measured 0.59, 0.60) against the mean over the private ones (flat at eps 10/50/200 and
+    # (measured 0.57, 0.60) against the mean over the private ones (flat at eps 10/50/200 and
     # seed 1 at 50, the other clip rules at 50; measured 0.52-0.58, mean 0.55), on 104
     # evaluation images a side, so TPR at 1 % FPR is defined.
     runs = smoke_run / "results/seg/duke/unet"

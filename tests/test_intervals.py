@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
@@ -94,6 +94,16 @@ def test_paired_tests_pair_by_seed_and_match_scipy():
     want = stats.ttest_rel([0.33, 0.35], [0.30, 0.40]).pvalue  # seed 2 has no baseline
     assert p[("b", "psac")] == pytest.approx(want, rel=1e-12)
     assert math.isnan(p[("a", "flat")]) and math.isnan(p[("b", "flat")])
+
+
+@settings(max_examples=1000)
+@given(st.lists(st.tuples(finite, finite), min_size=2, max_size=12))
+def test_paired_p_matches_scipy_ttest_rel(pairs):
+    a, b = (np.asarray(side) for side in zip(*pairs, strict=True))
+    if np.ptp(a - b) == 0:
+        return
+    want = stats.ttest_rel(a, b).pvalue
+    assert paired_p(a, b) == pytest.approx(want, rel=1e-7, abs=1e-12, nan_ok=True)
 
 
 def test_paired_p_needs_two_pairs_with_spread():

@@ -24,7 +24,8 @@ from dpmed.privacy.clipping import (
     register_clip_rule,
     report_order,
 )
-from dpmed.privacy.dpsgd import ScaledDPOptimizer, ScaledPrivacyEngine, resolve_grad_sample_mode
+from dpmed.privacy.dpsgd import ScaledDPOptimizer, ScaledPrivacyEngine
+from dpmed.privacy.grad_sample_mode import resolve_grad_sample_mode
 from dpmed.seg.losses import per_sample_loss
 from dpmed.seg.report.privacy import clip_rule_table
 

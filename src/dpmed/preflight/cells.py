@@ -37,6 +37,7 @@ from dpmed.config.grid import Grid, Job
 from dpmed.config.wildcards import parse_eps
 from dpmed.seg.spec import attacked
 
+CELL_FILE = "cell.json"  # per probed cell, in the preflight's logs/<index>/ folder
 # The job_cost rules each study's cells are priced under (seg jobs are trained then attacked).
 STUDY_RULES: dict[str, tuple[str, ...]] = {
     "seg": ("seg_train", "seg_attack"),

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from dpmed import job_cost
+from dpmed.preflight.cells import CELL_FILE
 from dpmed.preflight.cost import RULE_COST
-
-CELL_FILE = "cell.json"  # per probed cell, in the preflight's logs/<index>/ folder
 
 
 def cost_points(folder: Path) -> dict[str, list[dict[str, Any]]]:

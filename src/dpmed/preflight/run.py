@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpmed.config.grid import Grid, job_seed
-from dpmed.preflight.calibrate import Calibration, calibrate
 from dpmed.preflight.cells import (
+    CELL_FILE,
     STUDY_RULES,
     Cell,
     collaborator_key,
@@ -36,10 +36,11 @@ from dpmed.preflight.cells import (
     rule_jobs,
     sample_cells,
 )
-from dpmed.preflight.points import CELL_FILE
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from dpmed.preflight.calibrate import Calibration
 
 FIT_MARGIN = 1.2  # a peak fits when FIT_MARGIN × peak ≤ the request (20 % headroom)
 DEFAULT_STEPS = 2
@@ -297,6 +298,8 @@ def run_preflight(
     requests. Returns the rows of preflight.csv whose status is not ok."""
     import pandas as pd
 
+    # torch, through the runners' setup: kept out of the Snakefile, which imports this module
+    from dpmed.preflight.calibrate import calibrate
     from dpmed.preflight.report import cost_frame, plot_cost
     from dpmed.report.style import write_table
 

@@ -28,18 +28,16 @@ import functools
 import math
 import warnings
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-from opacus.accountants.analysis.prv import (
-    Domain,
-    PoissonSubsampledGaussianPRV,
-    TruncatedPrivacyRandomVariable,
-    compose_heterogeneous,
-    discretize,
-)
-from opacus.accountants.analysis.rdp import get_privacy_spent
 from scipy.fft import next_fast_len
 from scipy.special import gammaln, log_ndtr
+
+# Opacus is imported where ε is computed: importing it takes about 2 s (it pulls in
+# torch.distributed and scipy.stats), which every non-private job would pay for nothing.
+if TYPE_CHECKING:
+    from opacus.accountants.analysis.prv import Domain
 
 History = Sequence[tuple[float, float, int]]
 ACCOUNTANTS = ("rdp", "prv")
@@ -209,6 +207,8 @@ def epsilon(history: History, delta: float, accountant: str = "rdp") -> float:
         return 0.0
     if accountant == "prv":
         return prv_epsilon(history, delta)
+    from opacus.accountants.analysis.rdp import get_privacy_spent
+
     rdp = _history_rdp(history, ORDERS)
     return float(get_privacy_spent(orders=list(ORDERS), rdp=list(rdp), delta=delta)[0])
 
@@ -223,6 +223,13 @@ def prv_epsilon(history: History, delta: float) -> float:
 
 @functools.lru_cache(maxsize=256)
 def _prv_epsilon(history: tuple[tuple[float, float, int], ...], delta: float) -> float:
+    from opacus.accountants.analysis.prv import (
+        PoissonSubsampledGaussianPRV,
+        TruncatedPrivacyRandomVariable,
+        compose_heterogeneous,
+        discretize,
+    )
+
     delta_error = delta / 1000  # Opacus' default
     counts = [n for _, _, n in history]
     root = math.sqrt(sum(counts) * math.log(12 / delta_error) / 2)  # mesh = eps_error / root
@@ -254,6 +261,8 @@ def _prv_loss_bound(history: tuple[tuple[float, float, int], ...], delta_error: 
 def _fft_domain(half: float, mesh: float) -> Domain:
     """Opacus' aligned domain [-half, half] at `mesh`, widened by equal amounts on both sides
     to an even length whose half is 2·3·5-smooth (pocketfft is 10× slower on other lengths)."""
+    from opacus.accountants.analysis.prv import Domain
+
     base = Domain.create_aligned(-half, half, mesh)
     size = 2 * next_fast_len(base.size // 2, real=True)
     pad = (size - base.size) // 2

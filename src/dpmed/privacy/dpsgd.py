@@ -35,29 +35,6 @@ from torch.utils.data import Dataset
 from dpmed.privacy.bookkeeping import BookkeepingModule
 from dpmed.privacy.clipping import ClipRule
 
-GRAD_SAMPLE_MODES = ("hooks", "functorch", "ghost", "bk")
-# `auto` per model: a fixed table, not a timing taken at run time, so that one config gives one
-# result on a machine whatever its load. From `bench/dp_step.py --quick` (CPU, 1 thread, batch
-# 8 × 1×64×64, width 16, depth 3; median step over the non-private one, engines interleaved):
-# bk (one-backward book-keeping) 1.22–1.37× for every seg model against 1.86–2.20× for hooks,
-# 2.00–2.76× for functorch and 2.50–2.94× for ghost, and its clipped sum equals the per-sample
-# loop (tests/test_bookkeeping.py). Peak memory: bk below hooks except Inf-Net (≈1.16× hooks).
-AUTO_GRAD_SAMPLE_MODE: dict[str, str] = {
-    "unet": "bk",
-    "unetpp": "bk",
-    "lfunet": "bk",
-    "infnet": "bk",
-}
-
-
-def resolve_grad_sample_mode(mode: str, model_name: str) -> str:
-    """The concrete per-sample-gradient mode: `mode`, or the model's choice when `auto`."""
-    if mode == "auto":
-        return AUTO_GRAD_SAMPLE_MODE.get(model_name, "hooks")
-    if mode not in GRAD_SAMPLE_MODES:
-        raise ValueError(f"grad_sample_mode '{mode}' not in auto, {', '.join(GRAD_SAMPLE_MODES)}")
-    return mode
-
 
 def per_sample_norms(grad_samples: Sequence[torch.Tensor]) -> torch.Tensor:
     """‖g_i‖₂ over all parameters, from Opacus' per-parameter per-sample gradients.

@@ -11,7 +11,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+
+# Student-t CDF and quantile as scipy.stats.t computes them, without importing scipy.stats
+# (0.5 s of every table and figure job)
+from scipy.special import stdtr, stdtrit
 
 
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
@@ -24,7 +27,7 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float
     mean = float(x.mean())
     if x.size == 1:
         return mean, math.nan, math.nan
-    half = stats.t.ppf(0.5 + confidence / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
+    half = stdtrit(x.size - 1, 0.5 + confidence / 2) * x.std(ddof=1) / math.sqrt(x.size)
     return mean, mean - float(half), mean + float(half)
 
 
@@ -70,7 +73,9 @@ def paired_p(values: Sequence[float], baseline: Sequence[float]) -> float:
     a, b = a[keep], b[keep]
     if a.size < 2 or np.ptp(a - b) == 0:
         return math.nan
-    return float(stats.ttest_rel(a, b).pvalue)
+    d = a - b
+    t = d.mean() / (d.std(ddof=1) / math.sqrt(d.size))
+    return float(2 * stdtr(d.size - 1, -abs(t)))
 
 
 def paired_tests(

@@ -6,11 +6,12 @@ header only."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from dpmed.privacy.dpsgd import StepAlignment
+if TYPE_CHECKING:
+    from dpmed.privacy.dpsgd import StepAlignment
 
 ALIGNMENT_COLUMNS = ["epoch", "step", "batch_size", "clipped_fraction", "cosine"]
 

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -43,7 +43,7 @@ from dpmed.io import write_csv, write_json
 from dpmed.models import build_model, model_arguments, save_model
 from dpmed.privacy import accounting
 from dpmed.privacy.clipping import ClipRule
-from dpmed.privacy.dpsgd import DPSGD, ScaledPrivacyEngine, resolve_grad_sample_mode
+from dpmed.privacy.grad_sample_mode import resolve_grad_sample_mode
 from dpmed.privacy.record import PrivacyRecord
 from dpmed.runtime import JobContext, Progress
 from dpmed.seg.alignment import AlignmentLog
@@ -63,6 +63,9 @@ from dpmed.seg.spec import (
     invalid,
 )
 from dpmed.tracking import tracker
+
+if TYPE_CHECKING:
+    from dpmed.privacy.dpsgd import DPSGD
 
 
 def run(job: JobContext) -> dict[str, Any]:
@@ -304,6 +307,9 @@ def make_setup(
     if not plan.private:
         loader = DataLoader(train, batch_size=plan.batch_size, shuffle=True, generator=generator)
         return Setup(net, optimizer, loader)
+    # Opacus (about 2 s to import) only where a job trains privately
+    from dpmed.privacy.dpsgd import ScaledPrivacyEngine
+
     params = plan.params
     planned_steps = plan.epochs * plan.steps_per_epoch
     delta, accountant = float(params["delta"]), params["accountant"]
