@@ -18,8 +18,6 @@ import math
 
 import snakemake.benchmark
 
-SNAKEMAKE_DEFAULT = 0.5  # s, Snakemake's own BENCHMARK_INTERVAL_SHORT
-
 
 def set_benchmark_interval(seconds: float) -> None:
     """Sample benchmarked jobs every `seconds` (> 0) during their first 30 samples. Raises if
