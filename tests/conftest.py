@@ -117,6 +117,18 @@ def unit_duke_config() -> dict:
     return cfg
 
 
+@pytest.fixture(scope="session")
+def duke(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Processed synthetic Duke of `unit_duke_config`, shared by the in-process seg tests."""
+    from dpmed.data.stage import preprocess, synthesize
+
+    cfg = unit_duke_config()
+    root = tmp_path_factory.mktemp("unit_duke")
+    synthesize("duke", cfg, root / "raw")
+    preprocess("duke", cfg, root / "raw", root / "processed")
+    return root / "processed"
+
+
 def run_data_stage(workdir: Path) -> None:
     """Run the data stage of the smoke config in `workdir`."""
     workdir.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,6 @@
 """The tables' statistics against scipy: t-interval over seeds, the summary convention,
-paired t-tests over seeds and the stratified percentile bootstrap."""
+paired t-tests over seeds, the stratified percentile bootstrap and its two-stage form over
+seeds."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from dpmed.report.intervals import (
     half_width,
     paired_p,
     paired_tests,
+    seed_bootstrap_interval,
     summarize,
     t_interval,
 )
@@ -140,3 +142,37 @@ def test_bootstrap_of_a_constant_statistic_is_that_constant():
         1.0,
         1.0,
     )
+
+
+def _difference_of_means(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a.mean() - b.mean())
+
+
+def test_seed_bootstrap_without_image_noise_is_the_bootstrap_of_the_runs():
+    """Runs whose images are constant: only the draw of runs varies, so the two-stage
+    interval is scipy's percentile bootstrap of the mean of the runs' statistics."""
+    values = [0.1, 0.5, 0.2, 0.9, 0.4]
+    runs = [(np.full(7, v), np.zeros(5)) for v in values]
+    got = seed_bootstrap_interval(runs, _difference_of_means, n_resamples=20000, seed=3)
+    want = stats.bootstrap(
+        (np.array(values),), np.mean, n_resamples=20000, method="percentile", random_state=4
+    ).confidence_interval
+    assert got == pytest.approx((want.low, want.high), abs=0.02)
+
+
+def test_seed_bootstrap_carries_the_spread_between_seeds():
+    """Two seeds far apart with precise images: the image bootstrap is narrow around their
+    mean, the two-stage interval reaches out to both seeds' values."""
+    rng = np.random.default_rng(0)
+    runs = [(rng.normal(mu, 0.01, 50), rng.normal(0, 0.01, 50)) for mu in (0.2, 0.8)]
+    images = bootstrap_interval(runs, _difference_of_means, seed=1)
+    seeds = seed_bootstrap_interval(runs, _difference_of_means, seed=1)
+    assert images[1] - images[0] < 0.02
+    assert seeds[0] == pytest.approx(0.2, abs=0.02) and seeds[1] == pytest.approx(0.8, abs=0.02)
+
+
+def test_seed_bootstrap_is_undefined_with_one_seed_and_reproducible():
+    run = (np.arange(5.0), np.zeros(3))
+    assert all(math.isnan(b) for b in seed_bootstrap_interval([run], _difference_of_means))
+    runs = [run, (np.arange(4.0), np.ones(3))]
+    assert seed_bootstrap_interval(runs, auc, seed=2) == seed_bootstrap_interval(runs, auc, seed=2)

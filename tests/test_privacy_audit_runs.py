@@ -14,11 +14,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REPO, SEG_PARAMS, XCAL_PARAMS, unit_duke_config, xcal_processed
+from conftest import REPO, SEG_PARAMS, XCAL_PARAMS, xcal_processed
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from dpmed.data.stage import preprocess, synthesize
 from dpmed.privacy.audit import seg as seg_audit
 from dpmed.privacy.audit.dirac import DiracCanaries, flat_parameters
 from dpmed.privacy.audit.runs import (
@@ -44,15 +43,6 @@ M = 500  # canaries: all 400 guesses correct bound ε by ≈ 4.39 at 95 %
 SEG = SEG_PARAMS | {"optimizer": "sgd", "epochs": 5}
 XCAL = XCAL_PARAMS | {"batch_size": 40}
 COLUMNS = {"study", "mechanism", "setting", "guarantee", "eps_claimed", "eps_lower", "confidence"}
-
-
-@pytest.fixture(scope="module")
-def duke(tmp_path_factory) -> Path:
-    cfg = unit_duke_config()
-    root = tmp_path_factory.mktemp("audit_duke")
-    synthesize("duke", cfg, root / "raw")
-    preprocess("duke", cfg, root / "raw", root / "processed")
-    return root / "processed"
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from conftest import SEG_PARAMS, XCAL_PARAMS, unit_duke_config, xcal_processed
+from conftest import SEG_PARAMS, XCAL_PARAMS, xcal_processed
 from tensorboardX.proto.event_pb2 import Event
 
 import dpmed
-from dpmed.data.stage import preprocess, synthesize
 from dpmed.errors import ConfigError
 from dpmed.fets import run as fets_run
 from dpmed.fets import spec as fets_spec
@@ -75,15 +74,6 @@ def check_events(out: Path, table: pd.DataFrame, step_key: str, tags: list[str])
         got = sorted(scalars[tag])
         assert [s for s, _ in got] == [s for s, _ in expected], tag
         assert [v for _, v in got] == pytest.approx([v for _, v in expected], rel=1e-6), tag
-
-
-@pytest.fixture(scope="module")
-def duke(tmp_path_factory) -> Path:
-    cfg = unit_duke_config()
-    root = tmp_path_factory.mktemp("records_duke")
-    synthesize("duke", cfg, root / "raw")
-    preprocess("duke", cfg, root / "raw", root / "processed")
-    return root / "processed"
 
 
 def test_every_study_lists_config_json_as_a_run_file():

@@ -17,7 +17,7 @@ from test_seg_train import job, train
 from dpmed.io import write_json, write_npz
 from dpmed.metrics import membership as mi
 from dpmed.models import build_model, save_model
-from dpmed.report.intervals import bootstrap_interval
+from dpmed.report.intervals import bootstrap_interval, seed_bootstrap_interval
 from dpmed.seg.attack import run_attack
 from dpmed.seg.data import load_seg_data
 from dpmed.seg.evaluate import morph_output
@@ -276,7 +276,8 @@ def test_attack_report_rejects_empty_input(tmp_path):
 
 def test_attack_table_bootstraps_images_and_pairs_seeds_against_flat(tmp_path):
     """Bootstrap columns: the members/non-members of each seed resampled separately, the
-    statistic averaged over seeds (`bootstrap_interval`, itself tested against scipy); a
+    statistic averaged over seeds (`bootstrap_interval`, itself tested against scipy); the
+    two-stage columns over seeds then images (`seed_bootstrap_interval`); a
     perfect separation in every resample gives [1, 1]. p_vs_flat: scipy's paired t-test."""
     base = dict(dataset="duke", model="unet", morph="none", eps="50")
     rng = np.random.default_rng(4)
@@ -299,6 +300,9 @@ def test_attack_table_bootstraps_images_and_pairs_seeds_against_flat(tmp_path):
         got = table.loc[clip, ["auc_boot_low", "auc_boot_high"]]
         assert tuple(got) == pytest.approx(want)
         assert table.loc[clip, "auc_boot_low"] <= table.loc[clip, "auc_boot_high"]
+        want = seed_bootstrap_interval(cell, mi.auc, BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED)
+        got = table.loc[clip, ["auc_seedboot_low", "auc_seedboot_high"]]
+        assert tuple(got) == pytest.approx(want)
     perfect = [r[3] for r in runs if r[0] == "psac" and r[1] == 0]
     assert bootstrap_interval(perfect, mi.auc) == (1.0, 1.0)
     want = stats.ttest_rel([0.58, 0.70, 0.60], [0.50, 0.55, 0.52]).pvalue  # seeds 0, 1, 2

@@ -40,15 +40,6 @@ def wildcards(**kw: str) -> dict[str, str]:
     return wc | kw
 
 
-@pytest.fixture(scope="module")
-def duke(tmp_path_factory) -> str:
-    cfg = unit_duke_config()
-    root = tmp_path_factory.mktemp("seg_duke")
-    synthesize("duke", cfg, root / "raw")
-    preprocess("duke", cfg, root / "raw", root / "processed")
-    return str(root / "processed")
-
-
 def test_non_private_unet_learns_beyond_all_background(duke, tmp_path):
     data = load_seg_data(duke, "duke")
     test = data.splits["test"]

@@ -148,9 +148,20 @@ class Grid:
 
 
 def job_seed(study: str, wildcards: Mapping[str, str]) -> int:
-    """The RNG seed of a job: a stable hash of the study and all its wildcards."""
+    """The RNG seed of a job: a stable hash of the study and all its wildcards. It drives what
+    must stay independent between compared runs: the DP noise."""
     ordered = [f"{wc}={wildcards[wc]}" for _, wc in STUDIES[study].axes]
     return stable_seed(study, *ordered)
+
+
+def common_seed(study: str, wildcards: Mapping[str, str], role: str) -> int:
+    """The seed of one source of randomness (`role`: init, order, schedule, ...) shared by
+    every run of a seed block: a stable hash of the study, the role and the study's `paired`
+    wildcards only (`StudySpec.paired`). Runs that differ in a compared factor then start from
+    the same weights and see the same batches and schedules (common random numbers), so
+    paired tests over seeds pair."""
+    ordered = [f"{wc}={wildcards[wc]}" for wc in STUDIES[study].paired]
+    return stable_seed(study, role, *ordered)
 
 
 def wildcards_from_path(study: str, path: str | Path) -> dict[str, str]:

@@ -78,6 +78,11 @@ class StudySpec:
         switches: block keys that choose which outputs a job's run gets, not how it trains
             (key → default, e.g. seg's `attack`); each job carries its block's values in
             `Job.switches`, outside its hyperparameters, so flipping one retrains nothing.
+        paired: the wildcards of a seed block: runs that differ only in the other wildcards
+            (the compared factors: clip rule, morphology, ε, aggregator, DP mode, method) draw
+            their initial weights, data order, partition and schedules from the same seeds
+            (`dpmed.config.grid.common_seed`), so comparisons between them pair (common random
+            numbers); their DP noise stays independent (`job_seed`, every wildcard).
     """
 
     name: str
@@ -94,6 +99,7 @@ class StudySpec:
     reports: Mapping[str, Any] = field(default_factory=dict)
     notes: Callable[[Sequence[Any]], list[str]] = field(default=_no_notes)
     switches: Mapping[str, bool] = field(default_factory=dict)
+    paired: tuple[str, ...] = ("seed",)
 
     @property
     def wildcards(self) -> tuple[str, ...]:

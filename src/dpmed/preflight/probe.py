@@ -79,6 +79,7 @@ def probe_seg(spec: dict[str, Any]) -> dict[str, Any]:
         build_network,
         make_optimizer,
         make_setup,
+        sampling_generator,
         train_epoch,
     )
     from dpmed.seg.spec import forward_batch_size
@@ -90,9 +91,8 @@ def probe_seg(spec: dict[str, Any]) -> dict[str, Any]:
     plan = Plan.of(job, data)
     net, _ = build_network(job, data, device)
     optimizer = make_optimizer(net, dict(job.params))
-    generator = torch.Generator().manual_seed(job.seed)
     state = TrainState()
-    setup = make_setup(plan, net, optimizer, data, generator, state)
+    setup = make_setup(plan, net, optimizer, data, sampling_generator(job), state)
     batches, times = iter(setup.loader), []
     for _ in range(int(spec["steps"])):
         batch = next(batches, None)

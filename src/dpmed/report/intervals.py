@@ -1,8 +1,10 @@
 """Statistics of the tables: the two-sided Student-t interval of a mean over seeds, the
 shared table convention built on it (`summarize`: `n_seeds`, `<m>_mean`, `<m>_ci_low`,
 `<m>_ci_high`), paired t-tests over seeds between two methods (`paired_tests`:
-`<m>_p_vs_<baseline>`), and a stratified percentile bootstrap over evaluation images for
-statistics of two samples such as an attack's AUC (`bootstrap_interval`)."""
+`<m>_p_vs_<baseline>`), a stratified percentile bootstrap over evaluation images for
+statistics of two samples such as an attack's AUC (`bootstrap_interval`), and its two-stage
+form over seeds, then images (`seed_bootstrap_interval`), whose interval also carries the
+variation between training runs."""
 
 from __future__ import annotations
 
@@ -126,12 +128,52 @@ def bootstrap_interval(
         raise ValueError("no samples to bootstrap")
     rng = np.random.default_rng(seed)
     totals = np.zeros(n_resamples)
-    for a, b in samples:
-        a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    for a, b in _as_arrays(samples):
         for i in range(n_resamples):
-            totals[i] += statistic(
-                a[rng.integers(0, a.size, a.size)], b[rng.integers(0, b.size, b.size)]
-            )
+            totals[i] += _resampled(statistic, a, b, rng)
+    return _percentiles(totals / len(samples), confidence)
+
+
+def _as_arrays(samples: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, ...]]:
+    return [(np.asarray(a, dtype=float), np.asarray(b, dtype=float)) for a, b in samples]
+
+
+def _resampled(
+    statistic: Callable[[np.ndarray, np.ndarray], float],
+    a: np.ndarray,
+    b: np.ndarray,
+    rng: np.random.Generator,
+) -> float:
+    """`statistic` of `a` and `b` each redrawn with replacement at its own size."""
+    return statistic(a[rng.integers(0, a.size, a.size)], b[rng.integers(0, b.size, b.size)])
+
+
+def _percentiles(values: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The (1 ∓ confidence)/2 quantiles (linear) of bootstrap `values`."""
     tail = (1 - confidence) / 2
-    low, high = np.quantile(totals / len(samples), [tail, 1 - tail])
+    low, high = np.quantile(values, [tail, 1 - tail])
     return float(low), float(high)
+
+
+def seed_bootstrap_interval(
+    samples: Sequence[tuple[np.ndarray, np.ndarray]],
+    statistic: Callable[[np.ndarray, np.ndarray], float],
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Two-stage (hierarchical) percentile bootstrap of the mean over runs of
+    `statistic(a, b)`: each resample draws as many runs as there are, with replacement (the
+    variation between seeds: training), then in every drawn run `a` and `b` with replacement
+    at their own sizes (the evaluation images), and averages the runs' statistics. With one
+    run the variation between seeds is unknown and the interval undefined: (NaN, NaN).
+    Seeded by `seed`."""
+    if len(samples) < 2:
+        return math.nan, math.nan
+    runs = _as_arrays(samples)
+    rng = np.random.default_rng(seed)
+    means = np.empty(n_resamples)
+    for i in range(n_resamples):
+        drawn = [runs[j] for j in rng.integers(0, len(runs), len(runs))]
+        means[i] = np.mean([_resampled(statistic, a, b, rng) for a, b in drawn])
+    return _percentiles(means, confidence)

@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from dpmed.config.grid import common_seed
 from dpmed.io import write_json
 from dpmed.metrics.membership import attack_metrics
 from dpmed.runtime import JobContext
-from dpmed.seeding import stable_seed
 from dpmed.seg.data import Split, load_seg_data
 from dpmed.seg.evaluate import morph_output
 from dpmed.seg.inference import load_run_model
@@ -102,7 +102,8 @@ def run_attack(job: JobContext) -> dict[str, Any]:
             f"membership attack needs ≥ 1 calibration and ≥ 1 evaluation image per side: "
             f"{n} per side, calibration fraction {params['attack_calibration']}"
         )
-    rng = np.random.default_rng(stable_seed("seg_attack", job.seed))
+    # the seed block's images, calibration and evaluation split: paired over clip rules and ε
+    rng = np.random.default_rng(common_seed("seg", wc, "attack"))
     sides = {}
     for name, split in (("members", members), ("nonmembers", nonmembers)):
         chosen = np.sort(rng.choice(len(split), size=n, replace=False))

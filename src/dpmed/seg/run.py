@@ -37,6 +37,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from dpmed.checkpoint import Checkpoint
+from dpmed.config.grid import common_seed
 from dpmed.config.wildcards import parse_eps
 from dpmed.errors import ConfigError
 from dpmed.io import write_csv, write_json
@@ -76,7 +77,7 @@ def run(job: JobContext) -> dict[str, Any]:
     plan = Plan.of(job, data)
     net, arguments = build_network(job, data, device)
     optimizer = make_optimizer(net, job.params)
-    generator = torch.Generator().manual_seed(job.seed)
+    generator = sampling_generator(job)
     checkpoint = job.checkpoint("seg")
     state = resume(checkpoint, net, optimizer, generator)
     setup = make_setup(plan, net, optimizer, data, generator, state)
@@ -199,11 +200,27 @@ def _check_physical_batch(wc: dict[str, str], private: bool, mode: str, morph: M
 def build_network(
     job: JobContext, data: SegData, device: torch.device
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
-    """The job's network on `device` and its build arguments (from the params it declares)."""
+    """The job's network on `device` and its build arguments (from the params it declares).
+
+    The initial weights come from the seed block's common seed (`common_seed`, role `init`):
+    every clip rule, morphology and ε of a (dataset, model, seed) block starts from the same
+    network. The global RNGs (the job seed: DP noise) are left as they were.
+    """
     model = job.wildcards["model"]
     available = {"in_channels": 1, "n_classes": data.n_classes, **job.params}
     arguments = model_arguments(model, available)
-    return build_model(model, **arguments).to(device), arguments
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(common_seed("seg", job.wildcards, "init"))
+        net = build_model(model, **arguments)
+    return net.to(device), arguments
+
+
+def sampling_generator(job: JobContext) -> torch.Generator:
+    """The generator of the job's data order (Poisson batches when private, shuffled batches
+    otherwise), seeded by the seed block's common seed (role `order`): runs of one block that
+    sample at the same rate see the same batches. Drawn from seeds alone, it is independent of
+    the data and of the noise (the job seed), so sharing it changes no run's guarantee."""
+    return torch.Generator().manual_seed(common_seed("seg", job.wildcards, "order"))
 
 
 def make_optimizer(net: torch.nn.Module, params: dict[str, Any]) -> torch.optim.Optimizer:

@@ -578,6 +578,7 @@ SPEC = StudySpec(
     switches={"attack": True},
     reports=REPORTS,
     notes=notes,
+    paired=("dataset", "model", "seed"),
 )
 
 

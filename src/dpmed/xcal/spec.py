@@ -146,4 +146,5 @@ SPEC = StudySpec(
     category="xcal (paper 001)",
     check=check_config,
     reports=REPORTS,
+    paired=("dataset", "model", "shift", "clients", "seed"),
 )

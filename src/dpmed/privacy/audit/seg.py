@@ -148,8 +148,7 @@ def audit_seg_cell(
     net, _ = seg_run.build_network(job, data, device)
     optimizer = seg_run.make_optimizer(net, job.params)
     state = seg_run.TrainState()
-    sampler = torch.Generator().manual_seed(job.seed)  # the runner's sampling generator
-    setup = seg_run.make_setup(plan, net, optimizer, data, sampler, state)
+    setup = seg_run.make_setup(plan, net, optimizer, data, seg_run.sampling_generator(job), state)
     multiplier = setup.sigma
     if setting == "paper-noise":
         multiplier = paper_noise_multiplier(plan, setup.sigma)

@@ -7,7 +7,10 @@ cells included): `n_seeds`, and per metric (AUC, balanced accuracy, advantage, T
 `<m>_ci_high`, `dpmed.report.intervals.summarize`). The threshold-free metrics (AUC, TPR at low
 FPR) also get a 95 % percentile bootstrap interval over evaluation images (`<m>_boot_low`,
 `<m>_boot_high`): members and non-members of each seed resampled separately, the statistic
-averaged over the cell's seeds, B = `BOOTSTRAP_RESAMPLES`, fixed seed `BOOTSTRAP_SEED`.
+averaged over the cell's seeds, B = `BOOTSTRAP_RESAMPLES`, fixed seed `BOOTSTRAP_SEED`), and a
+95 % two-stage bootstrap interval over seeds, then images (`<m>_seedboot_low`,
+`<m>_seedboot_high`, `dpmed.report.intervals.seed_bootstrap_interval`): the one whose width
+includes the variation between training runs, NaN with one seed.
 `auc_p_vs_flat`: paired t-test over seeds of the AUC against flat clipping in the same
 (dataset, model, morph, ε) (NaN for flat itself and below two paired seeds).
 Figure: one panel per dataset, (a) Duke (b) UMN (c) COVID-19 lung CT as present; the paper's
@@ -31,7 +34,12 @@ from dpmed.config.wildcards import parse_eps
 from dpmed.errors import DataFormatError
 from dpmed.metrics.membership import THRESHOLD_FREE
 from dpmed.privacy.clipping import CLIP_RULES
-from dpmed.report.intervals import bootstrap_interval, paired_tests, summarize
+from dpmed.report.intervals import (
+    bootstrap_interval,
+    paired_tests,
+    seed_bootstrap_interval,
+    summarize,
+)
 from dpmed.report.style import save_figure, write_table
 from dpmed.seg.morphology import is_plain, morph_kind
 from dpmed.seg.report.labels import clip_label, clip_order, dataset_label, model_label, model_order
@@ -82,25 +90,26 @@ def _order(row: pd.Series) -> tuple:
 
 
 def attack_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean and 95 % t-interval over seeds per cell, bootstrap intervals over images of the
-    threshold-free metrics, paired p of the AUC against flat clipping; in paper order."""
+    """Mean and 95 % t-interval over seeds per cell; of the threshold-free metrics, bootstrap
+    intervals over images and over seeds then images; paired p of the AUC against flat
+    clipping; in paper order."""
     runs = runs.assign(seed=runs["seed"].astype(int))
     table = summarize(runs, CELL, METRICS)
+    cells = [
+        list(zip(cell["members"], cell["nonmembers"], strict=True))
+        for _, cell in runs.groupby(CELL, sort=False)
+    ]
     for name, statistic in THRESHOLD_FREE.items():
-        bounds = [
-            bootstrap_interval(
-                list(zip(cell["members"], cell["nonmembers"], strict=True)),
-                statistic,
-                BOOTSTRAP_RESAMPLES,
-                seed=BOOTSTRAP_SEED,
-            )
-            for _, cell in runs.groupby(CELL, sort=False)
-        ]
         at = table.columns.get_loc(f"{name}_ci_high") + 1
-        table.insert(at, f"{name}_boot_low", [b[0] for b in bounds])
-        table.insert(at + 1, f"{name}_boot_high", [b[1] for b in bounds])
-    cells = ["dataset", "model", "morph", "eps"]
-    tests = paired_tests(runs, cells, "clip", BASELINE_CLIP, ["auc"])
+        for kind, interval in (("boot", bootstrap_interval), ("seedboot", seed_bootstrap_interval)):
+            bounds = [
+                interval(cell, statistic, BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED)
+                for cell in cells
+            ]
+            table.insert(at, f"{name}_{kind}_low", [b[0] for b in bounds])
+            table.insert(at + 1, f"{name}_{kind}_high", [b[1] for b in bounds])
+            at += 2
+    tests = paired_tests(runs, ["dataset", "model", "morph", "eps"], "clip", BASELINE_CLIP, ["auc"])
     table = table.merge(tests, on=CELL, how="left", validate="one_to_one")
     order = sorted(range(len(table)), key=lambda i: _order(table.iloc[i]))
     return table.iloc[order].reset_index(drop=True)
