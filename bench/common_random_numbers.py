@@ -8,7 +8,8 @@ params) for `--seeds` seeds under two seedings, side by side in one run:
 - `common`: initial weights and Poisson batches from the seed block's common seed
   (`dpmed.config.grid.common_seed`), noise from the job seed (what the pipeline runs).
 
-For each compared pair (`--pairs`, e.g. nsgd vs flat at ε 50, flat ε 50 vs non-private) it
+For each compared pair (`--pairs` of `clip/eps[/morph]` arms, e.g. NSGD vs flat at ε 50, flat
+at ε 50 vs non-private, closing vs no morphology without DP) it
 prints, per seeding, the mean per-seed difference in test Dice, the width of its 95 %
 t-interval over seeds (the paired interval the tables' tests rest on), the width of the
 unpaired (Welch) interval of the same difference, the correlation of the two arms over seeds
@@ -37,7 +38,7 @@ from dpmed.seeding import stable_seed
 from dpmed.seg import run as seg_run
 
 REPO = Path(__file__).resolve().parents[1]
-PAIRS = ["nsgd/50:flat/50", "autos/50:flat/50", "flat/50:none/inf"]
+PAIRS = ["nsgd/50:flat/50", "flat/50:none/inf", "none/inf/close-k3:none/inf"]
 
 
 def independent_seed(study: str, wildcards: Mapping[str, str], role: str) -> int:
@@ -55,8 +56,10 @@ def demo_duke(root: Path) -> tuple[str, dict]:
     return str(root / "processed"), params
 
 
-def test_dice(processed: str, out: Path, params: dict, clip: str, eps: str, seed: int) -> float:
-    wc = dict(dataset="duke", model="unet", clip=clip, morph="none", eps=eps, seed=str(seed))
+def test_dice(processed: str, out: Path, params: dict, arm: str, seed: int) -> float:
+    """Test Dice of the demo's Duke UNet run of `arm` (`clip/eps[/morph]`) and `seed`."""
+    clip, eps, morph = (arm.split("/") + ["none"])[:3]
+    wc = dict(dataset="duke", model="unet", clip=clip, morph=morph, eps=eps, seed=str(seed))
     job = JobContext(Path(processed), out, wc, dict(params), job_seed("seg", wc), "cpu")
     return float(seg_run.run(job)["dice"])
 
@@ -77,7 +80,9 @@ def welch_width(a: np.ndarray, b: np.ndarray) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=6)
-    parser.add_argument("--pairs", nargs="+", default=PAIRS, help="arm/eps:baseline/eps")
+    parser.add_argument(
+        "--pairs", nargs="+", default=PAIRS, help="clip/eps[/morph]:clip/eps[/morph]"
+    )
     args = parser.parse_args()
     arms = sorted({arm for pair in args.pairs for arm in pair.split(":")})
     original = seg_run.common_seed
@@ -87,15 +92,14 @@ def main() -> None:
         for seeding, source in (("independent", independent_seed), ("common", original)):
             seg_run.common_seed = source
             for arm in arms:
-                clip, eps = arm.split("/")
                 dice[seeding, arm] = np.array([
-                    test_dice(processed, Path(tmp) / seeding / arm / str(s), params, clip, eps, s)
+                    test_dice(processed, Path(tmp) / seeding / arm / str(s), params, arm, s)
                     for s in range(args.seeds)
                 ])  # fmt: skip
-                print(f"{seeding:11s} {arm:9s} Dice per seed {np.round(dice[seeding, arm], 4)}")
+                print(f"{seeding:11s} {arm:17s} Dice per seed {np.round(dice[seeding, arm], 4)}")
         seg_run.common_seed = original
     print(f"\n{args.seeds} seeds; widths of 95 % intervals of the difference in test Dice")
-    print(f"{'pair':18s} {'seeding':11s} {'mean diff':>9s} {'paired':>8s} {'unpaired':>8s} "
+    print(f"{'pair':30s} {'seeding':11s} {'mean diff':>9s} {'paired':>8s} {'unpaired':>8s} "
           f"{'corr':>6s}")  # fmt: skip
     for pair in args.pairs:
         arm, base = pair.split(":")
@@ -103,10 +107,10 @@ def main() -> None:
         for seeding in ("independent", "common"):
             a, b = dice[seeding, arm], dice[seeding, base]
             widths[seeding] = interval_width(a - b)
-            print(f"{arm + ' - ' + base:18s} {seeding:11s} {np.mean(a - b):9.4f} "
+            print(f"{arm + ' - ' + base:30s} {seeding:11s} {np.mean(a - b):9.4f} "
                   f"{widths[seeding]:8.4f} {welch_width(a, b):8.4f} "
                   f"{np.corrcoef(a, b)[0, 1]:6.2f}")  # fmt: skip
-        print(f"{'':18s} paired width common / independent: "
+        print(f"{'':30s} paired width common / independent: "
               f"{widths['common'] / widths['independent']:.2f}")  # fmt: skip
 
 

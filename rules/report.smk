@@ -48,5 +48,37 @@ rule privacy_summary:
         "../workflow/scripts/privacy_summary.py"
 
 
+# Which of each paper's claims this run supports (dpmed.report.claims): one table across the
+# studies with claims, and their wall-clock claims apart (results/measured: not byte-identical).
+CLAIM_SOURCES = {
+    name: spec.claims for name, spec in STUDIES.items() if spec.claims and GRID.jobs(name)
+}
+CLAIMS_CAT = "claims"
+
+
+rule claims:
+    input:
+        **{
+            f"{study}__{key}": files
+            for study, source in CLAIM_SOURCES.items()
+            for key, files in source.inputs(GRID.jobs(study)).items()
+        },
+    output:
+        claims=reported("results/tables/claims", TAB, "claims", CLAIMS_CAT, "paper claims"),
+        measured=reported(
+            "results/measured/claims_measured", TAB, "claims_measured", CLAIMS_CAT, "measured"
+        ),
+    params:
+        readers={study: source.reader for study, source in CLAIM_SOURCES.items()},
+    log:
+        "logs/claims.log",
+    localrule: True
+    conda:
+        CONDA_ENV
+    script:
+        "../workflow/scripts/claims.py"
+
+
 REPORT_TARGETS = ["results/tables/privacy_summary.csv"] if study_runs() else []
+REPORT_TARGETS += ["results/tables/claims.csv"] if CLAIM_SOURCES else []
 REPORT_TARGETS += AUDIT_TARGETS

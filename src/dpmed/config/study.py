@@ -52,6 +52,20 @@ def param_key(study: str, section: Mapping[str, Any], index: int, name: str) -> 
 
 
 @dataclass(frozen=True)
+class ClaimSource:
+    """Where a study's paper claims come from (`dpmed.report.claims`).
+
+    Args:
+        reader: "module:function" that takes the named input lists and returns the study's
+            registered `Claim`s and their observations (imported only by the claims rule).
+        inputs: the named input lists (run files) for the study's jobs.
+    """
+
+    reader: str
+    inputs: Callable[[Sequence[Any]], Mapping[str, list[str]]]
+
+
+@dataclass(frozen=True)
 class StudySpec:
     """One study's grid and output layout.
 
@@ -83,6 +97,7 @@ class StudySpec:
             their initial weights, data order, partition and schedules from the same seeds
             (`dpmed.config.grid.common_seed`), so comparisons between them pair (common random
             numbers); their DP noise stays independent (`job_seed`, every wildcard).
+        claims: the paper's claims and the run files they are judged on (None: no claims).
     """
 
     name: str
@@ -100,6 +115,7 @@ class StudySpec:
     notes: Callable[[Sequence[Any]], list[str]] = field(default=_no_notes)
     switches: Mapping[str, bool] = field(default_factory=dict)
     paired: tuple[str, ...] = ("seed",)
+    claims: ClaimSource | None = None
 
     @property
     def wildcards(self) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dpmed.config.study import (
+    ClaimSource,
     StudySpec,
     SweepResult,
     Wildcards,
@@ -579,6 +580,14 @@ SPEC = StudySpec(
     reports=REPORTS,
     notes=notes,
     paired=("dataset", "model", "seed"),
+    claims=ClaimSource(
+        "dpmed.seg.claims:seg_observations",
+        lambda jobs: {
+            "metrics_paths": run_files(jobs, "metrics.json"),
+            "attack_paths": run_files(attacked(jobs), ATTACK_FILE),
+            "alignment_paths": [f"{run}/{ALIGNMENT}" for run in private_runs(jobs)],
+        },
+    ),
 )
 
 

@@ -1,0 +1,223 @@
+"""Which of a paper's claims this run supports: each claim a paired comparison over seeds,
+with a verdict and its reason.
+
+A study registers its paper's claims (`Claim`: id, paper section, the claim in our words, the
+compared arms, the metric, a direction or an equivalence margin, the minimum evidence) and a
+function that reads its runs into observations: one row per claim, cell (the compared runs'
+shared wildcards) and seed, with the arm's and the baseline's values (`OBSERVATION_COLUMNS`).
+`evaluate` turns them into one row per claim and cell:
+
+- `diff_mean`, `diff_ci_low`, `diff_ci_high`: the mean over seeds of arm − baseline and its
+  95 % Student-t interval (`dpmed.report.intervals.t_interval`);
+- `p`: for a direction, the two-sided paired t-test; for an equivalence within ±margin, the
+  two one-sided tests (TOST: the larger of the two one-sided p); `p_holm`: Holm's step-down
+  correction over the p of every tested row of the study's table (family-wise error ≤
+  `ALPHA`; a row stopped before the test, e.g. by too few seeds, is not in the family);
+- `verdict`: `supported` (p_holm < `ALPHA` in the claimed direction, or equivalence shown),
+  `contradicted` (p_holm < `ALPHA` the other way, or the 95 % interval entirely outside the
+  margin), else `inconclusive`, with `reason`: the cells absent from the grid, fewer paired
+  seeds than the claim needs, a scale reason the study gives (e.g. a baseline that did not
+  learn), or the interval spanning zero / the margin.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from scipy.special import stdtr
+
+from dpmed.report.intervals import t_interval
+
+ALPHA = 0.05
+Test = Literal["greater", "less", "equivalent"]
+OBSERVATION_COLUMNS = ["claim", "cell", "seed", "arm", "baseline", "scale"]
+COLUMNS = [
+    "study", "claim", "paper", "statement", "cell", "metric", "comparison", "test", "margin",
+    "n_seeds", "min_seeds", "arm_mean", "baseline_mean", "diff_mean", "diff_ci_low",
+    "diff_ci_high", "p", "p_holm", "verdict", "reason", "evidence",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of a paper as a paired comparison of `arm` against `baseline` over seeds.
+
+    Args:
+        id: stable identifier, `<study>-<what>`.
+        paper: where the paper makes it (`paper 002 §5.1`).
+        statement: the claim in our words.
+        metric: what is compared, with its unit (`test Dice`).
+        arm: the compared cells, in words (`NSGD`).
+        baseline: the cells it is compared with (`flat clipping`).
+        test: `greater` / `less` (arm − baseline > 0 / < 0) or `equivalent` (|arm − baseline|
+            < margin).
+        needs: the grid cells the comparison reads, for the reason when they are absent.
+        evidence: the table or figure that shows the compared values.
+        margin: the equivalence margin, in the metric's unit (`equivalent` only).
+        min_seeds: the fewest paired seeds for a verdict (the papers run three).
+        measured: the metric is a wall-clock measurement (not byte-identical): the claim goes
+            to the measured claims table.
+    """
+
+    id: str
+    paper: str
+    statement: str
+    metric: str
+    arm: str
+    baseline: str
+    test: Test
+    needs: str
+    evidence: str
+    margin: float = 0.0
+    min_seeds: int = 3
+    measured: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.test == "equivalent") != (self.margin > 0):
+            raise ValueError(f"claim {self.id}: an equivalence needs a margin > 0, only it")
+
+
+def observations(rows: Sequence[dict]) -> pd.DataFrame:
+    """The observation frame of `rows` (dicts with `OBSERVATION_COLUMNS`; `scale` optional)."""
+    frame = pd.DataFrame(list(rows), columns=OBSERVATION_COLUMNS)
+    frame["scale"] = frame["scale"].fillna("")
+    return frame
+
+
+def paired_t_p(diff: np.ndarray, shift: float = 0.0, side: str = "two-sided") -> float:
+    """p of the t-test of mean(diff) against `shift` (`two-sided`, `greater`: H1 mean >
+    shift, `less`: H1 mean < shift); NaN below two values or without spread."""
+    if diff.size < 2 or np.ptp(diff) == 0:
+        return math.nan
+    t = (diff.mean() - shift) / (diff.std(ddof=1) / math.sqrt(diff.size))
+    lower = float(stdtr(diff.size - 1, t))  # P(T ≤ t)
+    if side == "greater":
+        return 1.0 - lower
+    if side == "less":
+        return lower
+    return 2.0 * min(lower, 1.0 - lower)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (NaN stays NaN and does not count in the family)."""
+    p = np.asarray(p_values, dtype=float)
+    finite = np.flatnonzero(np.isfinite(p))
+    adjusted = np.full(p.size, math.nan)
+    running = 0.0
+    for rank, index in enumerate(finite[np.argsort(p[finite], kind="stable")]):
+        running = max(running, min(1.0, (finite.size - rank) * p[index]))
+        adjusted[index] = running
+    return adjusted.tolist()
+
+
+def _test_p(claim: Claim, diff: np.ndarray) -> float:
+    if claim.test != "equivalent":
+        return paired_t_p(diff)
+    # TOST: reject both d ≤ −margin and d ≥ margin
+    return max(paired_t_p(diff, -claim.margin, "greater"), paired_t_p(diff, claim.margin, "less"))
+
+
+def _row(study: str, claim: Claim, cell: str, group: pd.DataFrame | None) -> dict:
+    row = {
+        "study": study, "claim": claim.id, "paper": claim.paper, "statement": claim.statement,
+        "cell": cell, "metric": claim.metric, "comparison": f"{claim.arm} − {claim.baseline}",
+        "test": claim.test, "margin": claim.margin if claim.test == "equivalent" else math.nan,
+        "min_seeds": claim.min_seeds, "evidence": claim.evidence,
+    }  # fmt: skip
+    if group is None:
+        return row | {"n_seeds": 0, "p": math.nan, "reason": f"cells absent: needs {claim.needs}"}
+    group = group[np.isfinite(group["arm"]) & np.isfinite(group["baseline"])]
+    diff = (group["arm"] - group["baseline"]).to_numpy(float)
+    row["n_seeds"] = int(diff.size)
+    if diff.size == 0:
+        return row | {"p": math.nan, "reason": "no finite value in the compared runs"}
+    mean, low, high = t_interval(diff)
+    row |= {
+        "arm_mean": float(group["arm"].mean()), "baseline_mean": float(group["baseline"].mean()),
+        "diff_mean": mean, "diff_ci_low": low, "diff_ci_high": high, "p": _test_p(claim, diff),
+    }  # fmt: skip
+    scale = sorted(set(group["scale"]) - {""})
+    if scale:
+        return row | {"reason": "; ".join(scale)}
+    if diff.size < claim.min_seeds:
+        return row | {"reason": f"{diff.size} paired seed(s); the claim needs ≥ {claim.min_seeds}"}
+    if math.isnan(row["p"]):
+        return row | {"reason": "the paired differences have no spread: no test"}
+    return row
+
+
+def _verdict(row: dict) -> tuple[str, str]:
+    """The verdict of a row whose p and Holm p are computed and which has no reason yet."""
+    if row.get("reason"):
+        return "inconclusive", row["reason"]
+    p, mean = row["p_holm"], row["diff_mean"]
+    low, high = row["diff_ci_low"], row["diff_ci_high"]
+    interval = f"95 % interval of the difference [{low:.4g}, {high:.4g}], Holm p {p:.3g}"
+    if row["test"] == "equivalent":
+        margin = row["margin"]
+        if p < ALPHA:
+            return "supported", f"within ±{margin:g}: {interval}"
+        if low > margin or high < -margin:
+            return "contradicted", f"outside ±{margin:g}: {interval}"
+        return "inconclusive", f"not shown within ±{margin:g}: {interval}"
+    claimed = 1 if row["test"] == "greater" else -1
+    if p < ALPHA:
+        if np.sign(mean) == claimed:
+            return "supported", interval
+        return "contradicted", f"the other way: {interval}"
+    return "inconclusive", f"the interval spans zero: {interval}"
+
+
+def evaluate(study: str, claims: Sequence[Claim], frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per claim and cell (`COLUMNS`): the paired difference, p, Holm p over the
+    study's rows, verdict and reason; a claim without observations gets one row (cell `—`)."""
+    known = {claim.id for claim in claims}
+    unknown = set(frame["claim"]) - known
+    if unknown:
+        raise ValueError(f"observations of unregistered claims: {sorted(unknown)}")
+    rows = []
+    for claim in claims:
+        mine = frame[frame["claim"] == claim.id]
+        if mine.empty:
+            rows.append(_row(study, claim, "—", None))
+        for cell, group in mine.groupby("cell", sort=False):
+            rows.append(_row(study, claim, str(cell), group))
+    # the family: the rows that are tested (no reason to stop before the test)
+    family = [math.nan if row.get("reason") else row["p"] for row in rows]
+    for row, adjusted in zip(rows, holm(family), strict=True):
+        row["p_holm"] = adjusted
+        row["verdict"], row["reason"] = _verdict(row)
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def study_claims(
+    reader: str, inputs: Mapping[str, Sequence[str]]
+) -> tuple[Sequence[Claim], pd.DataFrame]:
+    """A study's claims and observations: its `reader` ("module:function") called with its
+    named input lists."""
+    module, function = reader.split(":")
+    return getattr(importlib.import_module(module), function)(**inputs)
+
+
+def claims_tables(
+    studies: Mapping[str, tuple[Sequence[Claim], pd.DataFrame]],
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(claims, measured claims): `evaluate` per study and kind (Holm within each), in study
+    order."""
+    tables: dict[bool, list[pd.DataFrame]] = {False: [], True: []}
+    for study, (claims, frame) in studies.items():
+        for measured in (False, True):
+            kind = [c for c in claims if c.measured == measured]
+            if kind:
+                ids = {c.id for c in kind}
+                tables[measured].append(evaluate(study, kind, frame[frame["claim"].isin(ids)]))
+    return tuple(
+        pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
+        for parts in (tables[False], tables[True])
+    )

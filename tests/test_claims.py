@@ -1,0 +1,168 @@
+"""The claims table (`dpmed.report.claims`) on tiny hand-made observations: p-values against
+scipy, Holm's correction by hand, each verdict and reason; and paper 002's observations read
+from hand-written run files (`dpmed.seg.claims`)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from dpmed.report.claims import Claim, claims_tables, evaluate, holm, observations, paired_t_p
+from dpmed.seg.claims import seg_observations
+
+
+def claim(id: str, test: str = "greater", **kw) -> Claim:
+    return Claim(id, "paper 0 §1", f"claim {id}", "score", "a", "b", test, "a and b runs",
+                 "table x", **kw)  # fmt: skip
+
+
+def rows(claim_id: str, diffs, baseline=0.5, cell="c", scale="") -> list[dict]:
+    return [
+        dict(claim=claim_id, cell=cell, seed=s, arm=baseline + d, baseline=baseline, scale=scale)
+        for s, d in enumerate(diffs)
+    ]
+
+
+def test_holm_by_hand():
+    # sorted 0.005 (x4), 0.01 (x3), 0.03 (x2), 0.04 (x1, kept monotone); NaN outside the family
+    got = holm([0.01, 0.04, math.nan, 0.03, 0.005])
+    want = [0.03, 0.06, math.nan, 0.06, 0.02]
+    assert got == pytest.approx(want, nan_ok=True)
+
+
+@pytest.mark.parametrize("side", ["two-sided", "greater", "less"])
+def test_paired_t_p_matches_scipy(side):
+    diff = np.array([0.02, 0.05, -0.01, 0.04, 0.03])
+    want = stats.ttest_1samp(diff, 0.01, alternative=side).pvalue
+    assert paired_t_p(diff, 0.01, side) == pytest.approx(want)
+    assert math.isnan(paired_t_p(np.array([0.1]))) and math.isnan(paired_t_p(np.ones(3)))
+
+
+def test_verdicts_and_reasons():
+    claims = [
+        claim("up"), claim("down", "less"), claim("flat"), claim("few"), claim("absent"),
+        claim("same", "equivalent", margin=0.05), claim("apart", "equivalent", margin=0.01),
+        claim("small"),
+    ]  # fmt: skip
+    frame = observations(
+        rows("up", [0.10, 0.12, 0.11, 0.13])  # clearly above: supported
+        + rows("down", [0.10, 0.12, 0.11, 0.13])  # claimed below, clearly above: contradicted
+        + rows("flat", [0.05, -0.04, 0.02, -0.03])  # spans zero
+        + rows("few", [0.10, 0.12])  # below min_seeds
+        + rows("same", [0.001, -0.002, 0.002, 0.0, -0.001])  # well within ±0.05
+        + rows("apart", [0.30, 0.31, 0.29, 0.30])  # entirely outside ±0.01
+        + rows("small", [0.10, 0.12, 0.11], scale="did not learn")
+    )
+    table = evaluate("s", claims, frame).set_index("claim")
+    verdict = table["verdict"].to_dict()
+    assert verdict == {
+        "up": "supported", "down": "contradicted", "flat": "inconclusive",
+        "few": "inconclusive", "absent": "inconclusive", "same": "supported",
+        "apart": "contradicted", "small": "inconclusive",
+    }  # fmt: skip
+    assert "spans zero" in table.loc["flat", "reason"]
+    assert table.loc["few", "reason"] == "2 paired seed(s); the claim needs ≥ 3"
+    assert table.loc["absent", "reason"] == "cells absent: needs a and b runs"
+    assert table.loc["absent", "cell"] == "—" and table.loc["absent", "n_seeds"] == 0
+    assert table.loc["small", "reason"] == "did not learn"
+    # the family: the five tested rows, Holm over their p (scipy's, TOST for equivalences)
+    tested = ["up", "down", "flat", "same", "apart"]
+    diffs = {c: frame[frame["claim"] == c].eval("arm - baseline").to_numpy() for c in tested}
+    p = {c: stats.ttest_1samp(diffs[c], 0).pvalue for c in ("up", "down", "flat")}
+    for c, m in (("same", 0.05), ("apart", 0.01)):
+        p[c] = max(stats.ttest_1samp(diffs[c], -m, alternative="greater").pvalue,
+                   stats.ttest_1samp(diffs[c], m, alternative="less").pvalue)  # fmt: skip
+    assert table.loc[tested, "p"].tolist() == pytest.approx([p[c] for c in tested])
+    assert table.loc[tested, "p_holm"].tolist() == pytest.approx(holm([p[c] for c in tested]))
+    assert table.loc[["few", "absent", "small"], "p_holm"].isna().all()
+    mean, sd = diffs["up"].mean(), diffs["up"].std(ddof=1)
+    half = stats.t.ppf(0.975, 3) * sd / 2
+    assert table.loc["up", ["diff_mean", "diff_ci_low", "diff_ci_high"]].tolist() == pytest.approx(
+        [mean, mean - half, mean + half]
+    )
+
+
+def test_holm_turns_a_lone_significant_row_inconclusive_in_a_larger_family():
+    alone = evaluate("s", [claim("x")], observations(rows("x", [0.05, 0.03, 0.06, 0.02])))
+    assert alone.loc[0, "p"] < 0.05 and alone.loc[0, "verdict"] == "supported"
+    family = [claim("x")] + [claim(f"n{i}") for i in range(3)]
+    noise = sum((rows(f"n{i}", [0.05, -0.05, 0.04, -0.04]) for i in range(3)), [])
+    table = evaluate("s", family, observations(rows("x", [0.05, 0.03, 0.06, 0.02]) + noise))
+    x = table.set_index("claim").loc["x"]
+    assert x["p"] == pytest.approx(alone.loc[0, "p"]) and x["p_holm"] > 0.05
+    assert x["verdict"] == "inconclusive"
+
+
+def test_measured_claims_go_to_their_own_table_with_their_own_family():
+    claims = [claim("t"), claim("m", measured=True)]
+    frame = observations(rows("t", [0.1, 0.11, 0.12]) + rows("m", [0.2, 0.21, 0.19]))
+    table, measured = claims_tables({"s": (claims, frame)})
+    assert table["claim"].tolist() == ["t"] and measured["claim"].tolist() == ["m"]
+    assert measured.loc[0, "p_holm"] == pytest.approx(measured.loc[0, "p"])
+
+
+def test_unregistered_observations_and_margins_are_refused():
+    with pytest.raises(ValueError, match="unregistered"):
+        evaluate("s", [claim("x")], observations(rows("y", [0.1, 0.2, 0.3])))
+    with pytest.raises(ValueError, match="margin"):
+        claim("e", "equivalent")
+
+
+def _seg_run(root, wc: dict, dice: float, val: float, seconds: float = 10.0) -> str:
+    folder = root / "/".join(wc.values())
+    folder.mkdir(parents=True)
+    metrics = {"wildcards": wc, "dice": dice, "val_dice": val, "train_seconds": seconds,
+               "epochs": 2}  # fmt: skip
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    return str(folder / "metrics.json")
+
+
+def test_seg_observations_pair_by_seed_within_a_cell(tmp_path):
+    base = dict(dataset="duke", model="unet", clip="flat", morph="none", eps="50")
+    paths = []
+    for seed, (flat, nsgd) in enumerate([(0.70, 0.60), (0.72, 0.65), (0.71, 0.62)]):
+        paths.append(_seg_run(tmp_path, base | {"seed": str(seed)}, flat, flat))
+        paths.append(_seg_run(tmp_path, base | {"clip": "nsgd", "seed": str(seed)}, nsgd, nsgd))
+    paths.append(_seg_run(tmp_path, base | {"clip": "nsgd", "seed": "9"}, 0.1, 0.1))  # unpaired
+    sweep = base | {"clip": "flat-C0.5-lr0.001", "seed": "0"}  # not a paper cell
+    paths.append(_seg_run(tmp_path, sweep, 0.9, 0.9))
+    # fixed variants on a UNet++ cell: both-k3 has the best validation Dice, so it is the
+    # baseline of adaptive-v1 although open-k3 has the better test Dice
+    cell = base | {"model": "unetpp", "seed": "0"}
+    for morph, test, val in (
+        ("both-k3", 0.5, 0.8),
+        ("open-k3", 0.7, 0.6),
+        ("adaptive-v1", 0.6, 0.6),
+    ):
+        paths.append(_seg_run(tmp_path, cell | {"morph": morph}, test, val))
+    claims, frame = seg_observations(paths, [], [])
+    nsgd = frame[frame["claim"] == "seg-nsgd-below-flat"]
+    assert nsgd["cell"].unique().tolist() == [
+        "dataset duke, model unet, morph none, eps 50, clip nsgd"
+    ]
+    assert sorted(nsgd["seed"]) == [0, 1, 2]
+    assert np.allclose(sorted(nsgd["arm"] - nsgd["baseline"]), [-0.10, -0.09, -0.07])
+    adaptive = frame[frame["claim"] == "seg-adaptive-above-best-fixed"]
+    assert adaptive[["arm", "baseline"]].values.tolist() == [[0.6, 0.5]]
+    table, _ = claims_tables({"seg": (claims, frame)})
+    row = table.set_index("claim").loc["seg-nsgd-below-flat"]
+    assert row["n_seeds"] == 3 and row["verdict"] in ("supported", "inconclusive")
+    assert set(table["claim"]) == {c.id for c in claims if not c.measured}
+
+
+def test_seg_dice_pairs_below_the_learning_scale_are_inconclusive(tmp_path):
+    base = dict(dataset="duke", model="unet", clip="flat", morph="none", eps="50")
+    paths = []
+    for seed in range(3):
+        paths.append(_seg_run(tmp_path, base | {"seed": str(seed)}, 0.02, 0.02))
+        paths.append(_seg_run(tmp_path, base | {"clip": "psac", "seed": str(seed)}, 0.01, 0.01))
+    claims, frame = seg_observations(paths, [], [])
+    table, _ = claims_tables({"seg": (claims, frame)})
+    row = table.set_index("claim").loc["seg-psac-below-flat"]
+    assert row["verdict"] == "inconclusive" and "neither arm learned" in row["reason"]
+    assert isinstance(table, pd.DataFrame)

@@ -1,0 +1,24 @@
+"""Rule claims: results/tables/claims.csv (+ .md, .html), which of each paper's claims the run
+supports, and results/measured/claims_measured.csv, its wall-clock claims
+(`dpmed.report.claims`)."""
+
+from dpmed.logs import log_to
+from dpmed.report.claims import claims_tables, study_claims
+from dpmed.report.style import write_table
+
+smk = snakemake  # noqa: F821 (injected by Snakemake)
+with log_to(smk.log[0]):
+    studies = {
+        study: study_claims(
+            reader,
+            {
+                key.removeprefix(f"{study}__"): list(files)
+                for key, files in smk.input.items()
+                if key.startswith(f"{study}__")
+            },
+        )
+        for study, reader in smk.params.readers.items()
+    }
+    claims, measured = claims_tables(studies)
+    write_table(claims, smk.output.claims[0])
+    write_table(measured, smk.output.measured[0])
