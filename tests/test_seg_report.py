@@ -154,3 +154,28 @@ def test_main_table_tests_each_clip_rule_against_flat_paired_by_seed(tmp_path):
     assert table.loc["psac", "dice_p_vs_flat"] == pytest.approx(want, rel=1e-12)
     assert math.isnan(table.loc["flat", "dice_p_vs_flat"])
     assert math.isnan(table.loc["autos", "dice_p_vs_flat"])
+
+
+def test_one_seed_bars_have_no_error_bar_and_labels_clear_the_caps(tmp_path, monkeypatch):
+    """A one-seed bar draws no interval (a zero-width cap would read as a precise value) and
+    a morphology name starts above its bar's error bar."""
+    from matplotlib.container import BarContainer
+
+    import dpmed.seg.report.main as main
+
+    paths = [_write(tmp_path, "duke", "unet", "flat", "none", "8", s, v, val=0.1)
+             for s, v in enumerate([0.70, 0.74, 0.71])]  # fmt: skip
+    paths += [_write(tmp_path, "duke", "unet", "flat", "both-k3", "8", s, v, val=0.9)
+              for s, v in enumerate([0.60, 0.75, 0.66])]  # fmt: skip
+    paths.append(_write(tmp_path, "duke", "unet", "none", "none", "inf", 0, 0.8))
+    figures = []
+    monkeypatch.setattr(main, "save_figure", lambda fig, path: figures.append(fig))
+    clipping_figure(paths, "duke", tmp_path / "fig.png")
+    ax = figures[0].axes[0]  # Dice of the UNet
+    no_morph, morph = [c for c in ax.containers if isinstance(c, BarContainer)]
+    caps = no_morph.errorbar.lines[2][0].get_segments()  # [non-private (1 seed), flat (3)]
+    drawn = [bool(np.isfinite(np.asarray(segment)).any()) for segment in caps]
+    assert drawn == [False, True]
+    (label,) = ax.texts
+    top = np.nanmax(np.asarray(morph.errorbar.lines[2][0].get_segments()[1])[:, 1])
+    assert label.get_text() == "both-k3" and label.xy[1] >= top

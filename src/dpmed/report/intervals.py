@@ -35,11 +35,12 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float
 
 def half_width(values: Sequence[float], confidence: float = 0.95) -> float:
     """Half the width of `t_interval` over the finite `values`, for a symmetric error bar;
-    0.0 where the interval is undefined (fewer than two values)."""
+    NaN where the interval is undefined (fewer than two values): no error bar is drawn, where
+    a zero-width one would read as a precise estimate."""
     x = np.asarray(values, dtype=float)
     x = x[np.isfinite(x)]
     if x.size < 2:
-        return 0.0
+        return math.nan
     mean, _, high = t_interval(x, confidence)
     return high - mean
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
@@ -36,6 +37,20 @@ def save_figure(fig: plt.Figure, png_path: str | Path, dpi: int = 120) -> None:
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=fmt, dpi=dpi, metadata=metadata, bbox_inches="tight")
     plt.close(fig)
+
+
+def label_bars(ax: plt.Axes, bars: Sequence, names: Sequence[str], errors: Sequence[float]) -> None:
+    """Write each non-empty `names[i]` vertically above bar i and its error bar (`errors[i]`,
+    NaN: none), a few points clear of the cap, so label and interval never overlap."""
+    for bar, name, error in zip(bars, names, errors, strict=True):
+        height = bar.get_height()
+        if name and math.isfinite(height):
+            top = height + (error if math.isfinite(error) else 0.0)
+            ax.annotate(
+                name, (bar.get_x() + bar.get_width() / 2, top), xytext=(0, 3),
+                textcoords="offset points", ha="center", va="bottom", fontsize=6, rotation=90,
+            )  # fmt: skip
+    ax.margins(y=0.15)
 
 
 def write_table(frame: pd.DataFrame, csv_path: str | Path) -> None:

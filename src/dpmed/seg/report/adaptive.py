@@ -27,7 +27,7 @@ from matplotlib.ticker import MaxNLocator
 from dpmed.config.grid import wildcards_from_path
 from dpmed.data.oct import DUKE_CLASSES
 from dpmed.report.intervals import half_width
-from dpmed.report.style import save_figure
+from dpmed.report.style import label_bars, save_figure
 from dpmed.seg.morphology import (
     OPERATIONS,
     RETINAL_CLASSES,
@@ -77,7 +77,7 @@ def _bar(cell_runs: pd.DataFrame, key: str) -> tuple[float, float, str]:
         means = runs.groupby("morph", as_index=False)["val_dice"].mean()
         runs = runs[runs["morph"] == best_fixed(means)["morph"]]
     if runs.empty:
-        return np.nan, 0.0, ""
+        return np.nan, np.nan, ""
     half = half_width(runs["dice"])
     return float(runs["dice"].mean()), half, runs["morph"].iloc[0] if key == "fixed" else ""
 
@@ -115,10 +115,7 @@ def adaptive_figure(metrics_paths: Iterable[str | Path], png_path: str | Path) -
                 hatch="//" if hatched else None,
                 edgecolor="white" if hatched else None,
             )
-            for rect, (_, _, name) in zip(drawn, cells, strict=True):
-                if name:
-                    top = (rect.get_x() + rect.get_width() / 2, rect.get_height())
-                    ax.annotate(name, top, ha="center", va="bottom", fontsize=6, rotation=90)
+            label_bars(ax, drawn, [c[2] for c in cells], [c[1] for c in cells])
         ax.set_xticks(x, [labels[g] for g in groups], fontsize=8)
         ax.set_xlim(-0.7, len(groups) - 0.3)
         ax.set_ylabel("test Dice ↑")

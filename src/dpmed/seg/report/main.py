@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from dpmed.report.intervals import half_width, paired_tests, summarize
-from dpmed.report.style import save_figure, write_table
+from dpmed.report.style import label_bars, save_figure, write_table
 from dpmed.seg.morphology import MORPH_KINDS, morph_kind, parse_morph
 from dpmed.seg.report.labels import clip_label, clip_order, model_label, model_order
 from dpmed.seg.spec import SEG_DATASETS, STRUCTURE_DATASETS
@@ -183,19 +183,10 @@ def clipping_figure(
                 for clip in clips:
                     chosen = pick(mc[mc["clip"] == clip])
                     heights.append(np.nan if chosen is None else chosen[metric])
-                    errs.append(0.0 if chosen is None else chosen[f"{metric}_ci"])
+                    errs.append(np.nan if chosen is None else chosen[f"{metric}_ci"])
                     names.append("" if chosen is None or label == "no morph" else chosen["morph"])
                 bars = ax.bar(x + offset, heights, 0.4, yerr=errs, label=label, capsize=2)
-                for bar, name in zip(bars, names, strict=True):
-                    if name and np.isfinite(bar.get_height()):
-                        ax.annotate(
-                            name,
-                            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                            ha="center",
-                            va="bottom",
-                            fontsize=6,
-                            rotation=90,
-                        )
+                label_bars(ax, bars, names, errs)
             ax.set_xticks(x, [clip_label(c) for c in clips], fontsize=8)
             ax.set_xlim(-0.7, len(clips) - 0.3)
             ax.set_ylabel(labels[metric])
