@@ -15,7 +15,7 @@ import pytest
 from test_fets_adapter import _local_tensors, _round
 from test_fets_simulation import PARAMS as FETS_PARAMS
 from test_fets_simulation import processed  # noqa: F401 (a fixture)
-from test_seg_train import PARAMS, duke, train, wildcards  # noqa: F401 (duke is a fixture)
+from test_seg_train import PARAMS, train, wildcards
 
 from dpmed.fets import privacy as fets_privacy
 from dpmed.fets.openfl_adapter import fets_dp_simagg

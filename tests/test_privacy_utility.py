@@ -146,3 +146,32 @@ def test_the_figure_draws_a_line_per_method_and_a_reference_per_non_private_one(
     assert list(reference.get_ydata()) == pytest.approx([0.8, 0.8])
     assert ax.get_xscale() == "log"
     plt.close(fig)
+
+
+def test_a_panel_without_private_runs_says_so_on_the_figures_log_axis(tmp_path):
+    runs = pd.DataFrame(
+        {
+            "panel": ["dp", "dp", "ref only"],
+            "line": ["a", "a", "nondp"],
+            "eps": [0.5, 50.0, math.inf],
+            "value": [0.3, 0.6, 0.9],
+        }
+    )
+    fig = figure(points(runs), "u", "t")
+    panel = fig.axes[1]
+    assert panel.get_title() == "ref only" and panel.get_xscale() == "log"
+    assert "no private run" in panel.texts[0].get_text()
+    assert panel.get_xlim() == pytest.approx(fig.axes[0].get_xlim())
+    plt.close(fig)
+
+
+def test_saving_a_figure_with_an_empty_panel_fails_and_names_it(tmp_path):
+    from dpmed.report.style import save_figure
+
+    fig, axes = plt.subplots(1, 3)
+    axes[0].plot([0, 1], [0, 1])
+    axes[1].set_title("nothing here")
+    axes[2].axis("off")  # a hidden spare panel is fine
+    with pytest.raises(ValueError, match=r"empty panel\(s\) \['nothing here'\]"):
+        save_figure(fig, tmp_path / "f.png")
+    assert not (tmp_path / "f.png").exists()

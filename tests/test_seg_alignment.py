@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import noise_free_dp_step
 from PIL import Image
-from test_seg_train import PARAMS, duke, train, wildcards  # noqa: F401 (duke is a fixture)
+from test_seg_train import PARAMS, train, wildcards
 from torch.utils.data import TensorDataset
 
 from dpmed.models import build_model

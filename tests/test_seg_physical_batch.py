@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import SEG_PARAMS
 from test_bookkeeping import SEG_MODELS, assert_close_sums, per_sample_grads, seg_case
-from test_seg_train import duke, job, train, wildcards  # noqa: F401 (duke is a fixture)
+from test_seg_train import job, train, wildcards
 from torch.optim import SGD
 from torch.utils.data import TensorDataset
 

@@ -3,8 +3,9 @@
 A study gives one row per run (`panel`, `line`, `eps`, `value`; one run per seed): `points`
 averages each (panel, line, ε) over seeds with the 95 % Student-t interval
 (`dpmed.report.intervals.t_interval`), and `figure` draws one panel per `panel` value, each
-`line` as mean ± interval against finite ε (log axis), and each non-private line (ε = ∞) as a
-dashed horizontal reference with its interval as a band. With one seed a point has no interval.
+`line` as mean ± interval against finite ε (log axis, the figure's whole ε range in every
+panel), and each non-private line (ε = ∞) as a dashed horizontal reference with its interval as
+a band. With one seed a point has no interval. A panel without any private run says so.
 """
 
 from __future__ import annotations
@@ -52,9 +53,9 @@ def figure(data: pd.DataFrame, ylabel: str, title: str) -> plt.Figure:
     for ax in axes.flat[len(panels) :]:
         ax.axis("off")
     colors = plt.get_cmap("tab10")
+    eps = data.loc[np.isfinite(data["eps"]), "eps"]
     for ax, panel in zip(axes.flat, panels, strict=False):
         sub = data[data["panel"] == panel]
-        finite = sub[np.isfinite(sub["eps"])]
         for i, (line, pts) in enumerate(sub.groupby("line", sort=False)):
             color = colors(i % 10)
             private = pts[np.isfinite(pts["eps"])].sort_values("eps")
@@ -70,8 +71,15 @@ def figure(data: pd.DataFrame, ylabel: str, title: str) -> plt.Figure:
                 ax.axhline(ref.mean, color=color, linestyle="--", label=f"{line} (ε = ∞)")
                 if np.isfinite(ref.ci_low):
                     ax.axhspan(ref.ci_low, ref.ci_high, color=color, alpha=0.12, linewidth=0)
-        if not finite.empty:
+        if not np.isfinite(sub["eps"]).any():
+            note = "no private run of this panel in the grid:\nnon-private reference only"
+            ax.text(
+                0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center", fontsize=8,
+                color="grey",
+            )  # fmt: skip
+        if not eps.empty:
             ax.set_xscale("log")
+            ax.set_xlim(eps.min() / 2, eps.max() * 2)
         ax.set_title(panel, fontsize=9)
         ax.set_xlabel("ε")
         ax.set_ylabel(ylabel)

@@ -27,8 +27,14 @@ PDF_METADATA = {"Creator": None, "Producer": None, "CreationDate": None}
 
 
 def save_figure(fig: plt.Figure, png_path: str | Path, dpi: int = 120) -> None:
-    """Save `fig` to `png_path` and its `.pdf` sibling atomically, then close it."""
+    """Save `fig` to `png_path` and its `.pdf` sibling atomically, then close it. A visible
+    panel that draws nothing (no line, marker, bar, image or text) is an error: a panel without
+    data must say so in the panel or be dropped."""
     png_path = Path(png_path)
+    empty = [ax.get_title() or f"panel {i + 1}" for i, ax in enumerate(fig.axes) if _is_empty(ax)]
+    if empty:
+        plt.close(fig)
+        raise ValueError(f"{png_path.name}: empty panel(s) {empty}; drop them or say why")
     os.environ.setdefault("SOURCE_DATE_EPOCH", "0")
     for path, fmt, metadata in (
         (png_path, "png", PNG_METADATA),
@@ -37,6 +43,12 @@ def save_figure(fig: plt.Figure, png_path: str | Path, dpi: int = 120) -> None:
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=fmt, dpi=dpi, metadata=metadata, bbox_inches="tight")
     plt.close(fig)
+
+
+def _is_empty(ax: plt.Axes) -> bool:
+    """Whether a visible panel holds no artist that shows data or says why it has none."""
+    shown = (ax.lines, ax.collections, ax.patches, ax.images, ax.texts, ax.tables)
+    return ax.axison and ax.get_visible() and not any(len(artists) for artists in shown)
 
 
 def label_bars(ax: plt.Axes, bars: Sequence, names: Sequence[str], errors: Sequence[float]) -> None:
