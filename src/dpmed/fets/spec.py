@@ -8,7 +8,14 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dpmed.config.study import StudySpec, SweepResult, Wildcards, block_params, param_key
+from dpmed.config.study import (
+    ClaimSource,
+    StudySpec,
+    SweepResult,
+    Wildcards,
+    block_params,
+    param_key,
+)
 from dpmed.config.wildcards import EPS_PATTERN, NUMBER_PATTERN, format_eps
 from dpmed.data.registry import processed_files
 from dpmed.errors import ConfigError
@@ -265,4 +272,11 @@ SPEC = StudySpec(
     sweep=sweep,
     wildcard_params=lambda wc: participation_override(str(wc["aggregator"])),
     reports=REPORTS,
+    claims=ClaimSource(
+        "dpmed.fets.claims:fets_observations",
+        lambda jobs: {
+            f"{name}_paths": [f"{job.path}/{name}.json" for job in table_jobs(jobs)]
+            for name in ("metrics", "resources")
+        },
+    ),
 )

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -88,6 +88,44 @@ def observations(rows: Sequence[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(list(rows), columns=OBSERVATION_COLUMNS)
     frame["scale"] = frame["scale"].fillna("")
     return frame
+
+
+def paired(
+    runs: pd.DataFrame,
+    claim: str,
+    metric: str,
+    arm: Mapping[str, str],
+    baseline: Mapping[str, str],
+    cell: Sequence[str],
+    scale: Callable[[dict], str] | None = None,
+    tag: str = "",
+) -> list[dict]:
+    """Observations of `claim`: the runs (one row each, a `seed` column) matching `arm` paired
+    by (cell, seed) with those matching `baseline`, comparing column `metric`. `arm` /
+    `baseline` map a column to its value; the cell label names the values of `cell` and of
+    the arm's columns (`dataset duke, ..., clip nsgd`), then `tag`. `scale` gets the pair's
+    values (the baseline's columns suffixed `_base`) and returns its scale reason ('' none)."""
+    if runs.empty:
+        return []
+    picked = [runs.loc[(runs[list(s)] == pd.Series(s)).all(axis=1)] for s in (arm, baseline)]
+    merged = picked[0].merge(picked[1], on=[*cell, "seed"], suffixes=("", "_base"))
+    out = []
+    for row in merged.itertuples(index=False):
+        values = row._asdict()
+        label = ", ".join([*(f"{k} {values[k]}" for k in [*cell, *arm]), *([tag] if tag else [])])
+        out.append(dict(claim=claim, cell=label, seed=int(values["seed"]), arm=values[metric],
+                        baseline=values[f"{metric}_base"],
+                        scale=scale(values) if scale else ""))  # fmt: skip
+    return out
+
+
+def below(column: str, floor: float, reason: str) -> Callable[[dict], str]:
+    """A `paired` scale: `reason` when both runs of a pair have `column` below `floor`."""
+
+    def scale(values: dict) -> str:
+        return reason if max(values[column], values[f"{column}_base"]) < floor else ""
+
+    return scale
 
 
 def paired_t_p(diff: np.ndarray, shift: float = 0.0, side: str = "two-sided") -> float:

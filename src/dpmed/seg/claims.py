@@ -12,19 +12,25 @@ two arms both stay below `LEARNED_DICE` is below the scale any of these claims i
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from dpmed.config.grid import wildcards_from_path
-from dpmed.report.claims import Claim, observations
+from dpmed.report.claims import Claim, below, observations, paired
 from dpmed.seg.morphology import is_plain, morph_kind
 from dpmed.seg.spec import is_paper_cell
 
 LEARNED_DICE = 0.1  # below it in both arms, a model has not learned the task
 EQUIVALENT_DICE = 0.02  # the margin of "Auto-S ≈ flat": a fiftieth of the Dice scale
+# the scale of a Dice pair (`dpmed.report.claims.paired`)
+UNLEARNED = below(
+    "dice",
+    LEARNED_DICE,
+    f"neither arm learned (test Dice < {LEARNED_DICE}): below the claim's scale",
+)
 CLOSINGS = ("close", "both")  # fixed DP-Morph variants that close (paper 002 §3.1)
 
 _NEEDS_RULES = "{arm} and flat runs of one dataset, model, morphology and ε"
@@ -149,40 +155,10 @@ def _alignments(paths: Iterable[str | Path]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*_WILDCARDS, "cosine"])
 
 
-def _pairs(
-    runs: pd.DataFrame,
-    claim: str,
-    metric: str,
-    arm: Mapping[str, str],
-    baseline: Mapping[str, str],
-    cell: Sequence[str],
-    scaled: bool = True,
-) -> list[dict]:
-    """Observations of `claim`: the runs matching `arm` paired by (cell, seed) with those
-    matching `baseline`. `arm` / `baseline` map a wildcard to its value; the cell label names
-    the values of `cell` and of the arm's wildcards (`dataset duke, model unet, ..., clip
-    nsgd`)."""
-    if runs.empty:
-        return []
-    picked = [runs.loc[(runs[list(s)] == pd.Series(s)).all(axis=1)] for s in (arm, baseline)]
-    keys = [*cell, "seed"]
-    merged = picked[0].merge(picked[1], on=keys, suffixes=("", "_base"))
-    out = []
-    for row in merged.itertuples(index=False):
-        values = row._asdict()
-        label = ", ".join(f"{k} {values[k]}" for k in [*cell, *arm])
-        a, b = values[metric], values[f"{metric}_base"]
-        scale = ""
-        if scaled and max(a, b) < LEARNED_DICE:
-            scale = f"neither arm learned (test Dice < {LEARNED_DICE}): below the claim's scale"
-        out.append(dict(claim=claim, cell=label, seed=int(values["seed"]), arm=a, baseline=b,
-                        scale=scale))  # fmt: skip
-    return out
-
-
 def _rules(runs: pd.DataFrame, claim: str, metric: str, rule: str, scaled: bool) -> list[dict]:
     cell = ["dataset", "model", "morph", "eps"]
-    return _pairs(runs, claim, metric, {"clip": rule}, {"clip": "flat"}, cell, scaled)
+    scale = UNLEARNED if scaled else None
+    return paired(runs, claim, metric, {"clip": rule}, {"clip": "flat"}, cell, scale)
 
 
 def _morph_pairs(runs: pd.DataFrame, claim: str, private: bool, kinds: Sequence[str]) -> list:
@@ -193,7 +169,9 @@ def _morph_pairs(runs: pd.DataFrame, claim: str, private: bool, kinds: Sequence[
     )
     cell = ["dataset", "model", "clip", "eps"]
     base = {"morph": "none"}
-    return [r for m in variants for r in _pairs(dp, claim, "dice", {"morph": m}, base, cell)]
+    return [
+        r for m in variants for r in paired(dp, claim, "dice", {"morph": m}, base, cell, UNLEARNED)
+    ]
 
 
 def _best_fixed(runs: pd.DataFrame) -> list[dict]:
@@ -209,9 +187,9 @@ def _best_fixed(runs: pd.DataFrame) -> list[dict]:
         best = fixed.groupby("morph")["val_dice"].mean().idxmax()
         adaptive = sorted(m for m in set(group["morph"]) if morph_kind(m) == "adaptive")
         for morph in adaptive:
-            out += _pairs(
+            out += paired(
                 group, "seg-adaptive-above-best-fixed", "dice", {"morph": morph},
-                {"morph": best}, cell,
+                {"morph": best}, cell, UNLEARNED,
             )  # fmt: skip
     return out
 
@@ -235,9 +213,9 @@ def seg_observations(
     attacks = _attacks(attack_paths)
     private = attacks[attacks["eps"] != "inf"]
     for (clip, eps), _ in private.groupby(["clip", "eps"]):
-        rows += _pairs(
+        rows += paired(
             attacks, "seg-dp-lowers-attack-auc", "auc", {"clip": clip, "eps": eps},
-            {"clip": "none", "eps": "inf"}, ["dataset", "model", "morph"], scaled=False,
+            {"clip": "none", "eps": "inf"}, ["dataset", "model", "morph"],
         )  # fmt: skip
     rows += _rules(plain, "seg-nsgd-fastest", "seconds_per_epoch", "nsgd", scaled=False)
     for rule in ("autos", "psac"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dpmed.config.study import StudySpec, param_sets
+from dpmed.config.study import ClaimSource, StudySpec, param_sets
 from dpmed.config.wildcards import EPS_PATTERN
 from dpmed.data.registry import DATASET_REGISTRY
 from dpmed.errors import ConfigError
@@ -147,4 +147,8 @@ SPEC = StudySpec(
     check=check_config,
     reports=REPORTS,
     paired=("dataset", "model", "shift", "clients", "seed"),
+    claims=ClaimSource(
+        "dpmed.xcal.claims:xcal_observations",
+        lambda jobs: {"metrics_paths": [f"{job.path}/metrics.json" for job in jobs]},
+    ),
 )
