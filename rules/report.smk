@@ -4,6 +4,8 @@ empirical audits at noise scale 1 of rules/audit.smk). The HTML report itself is
 `snakemake --report results/report.html` (same --configfile/--profile as the run) from the
 outputs flagged with `reported(...)`; captions are in workflow/report/."""
 
+from dpmed.report.demo_summary_inputs import summary_inputs
+
 for _study, _spec in STUDIES.items():
     for _name, _entry in _spec.reports.items():
 
@@ -79,6 +81,27 @@ rule claims:
         "../workflow/scripts/claims.py"
 
 
+# The demo's targets met or not and its measured tables (dpmed.report.demo_summary): the numbers
+# docs/demo.md links instead of stating them.
+DEMO_SUMMARY_INPUTS = summary_inputs({name: GRID.jobs(name) for name in STUDIES})
+
+
+rule demo_summary:
+    input:
+        **DEMO_SUMMARY_INPUTS,
+    output:
+        summary="results/demo_summary.md",
+        targets=reported("results/tables/demo_summary", TAB, "demo_summary", CLAIMS_CAT, "demo targets"),
+    log:
+        "logs/demo_summary.log",
+    localrule: True
+    conda:
+        CONDA_ENV
+    script:
+        "../workflow/scripts/demo_summary.py"
+
+
 REPORT_TARGETS = ["results/tables/privacy_summary.csv"] if study_runs() else []
 REPORT_TARGETS += ["results/tables/claims.csv"] if CLAIM_SOURCES else []
+REPORT_TARGETS += ["results/demo_summary.md"] if study_runs() else []
 REPORT_TARGETS += AUDIT_TARGETS
