@@ -105,6 +105,7 @@ def test_fets_paper_reasons_are_privacy_reasons_only(fets_runs):
     record = json.loads((fets_runs["paper"] / "privacy.json").read_text())
     assert record["guarantee"] == "paper-approximation" and record["reasons"]
     assert not any(re.search(r"updates|model weights", r) for r in record["reasons"])
+    assert any("proven only for eps <= 1" in r for r in record["reasons"])  # eps0 = 10
     notes = record["extra"]["utility_notes"]
     assert any("updates" in n and "C-ball" in n for n in notes)
 

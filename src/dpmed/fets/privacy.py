@@ -23,7 +23,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from dpmed.fets.aggregation import DP_MODES
+from dpmed.fets.aggregation import CLASSIC_SIGMA_REASON, DP_MODES
 from dpmed.fets.server import RoundMechanisms, ServerConfig
 from dpmed.privacy.mechanisms import noise_source, rdp_epsilon
 from dpmed.privacy.record import PrivacyRecord
@@ -126,7 +126,7 @@ def privacy_record(cfg: ServerConfig, rounds: int, last: Mapping[str, Any]) -> P
             epsilon=last["eps_basic_cum"],
             guarantee=mode.guarantee,
             epsilon_by_accountant=by,
-            reasons=list(entry.reasons),
+            reasons=[r for r in entry.reasons if r != CLASSIC_SIGMA_REASON or cfg.epsilon0 > 1],
             not_covered=[*NOT_COVERED, *PAPER_NOT_COVERED],
             **common,
         )
