@@ -261,3 +261,23 @@ def test_a_swept_run_trains_m_collaborators_and_records_their_sigma(tmp_path):
     assert (row["m"], row["rho"], row["aggregator"]) == (13, 0.4, "dp_fedavg")  # ⌊0.4 · 33⌋
     sigma = calibrate("analytic", 2 * 100 / 13, 1.0, 1e-5)  # Δf = 2C/m
     assert row["sigma_min"] == row["sigma_max"] == pytest.approx(sigma, rel=1e-12)
+
+
+def test_the_sweep_title_fits_the_figure_and_clears_the_panel_titles(sweep_runs, tmp_path,
+                                                                     monkeypatch):  # fmt: skip
+    boxes = {}
+
+    def measure(fig, path):
+        renderer = fig.canvas.get_renderer()
+        title = fig._suptitle.get_window_extent(renderer)
+        panel = fig.axes[0].title.get_window_extent(renderer)
+        saved = fig.get_tightbbox(renderer).transformed(fig.dpi_scale_trans)  # what is saved
+        boxes.update(title=title, panel=panel, saved=saved)
+
+    monkeypatch.setattr(sweep_report, "save_figure", measure)
+    sweep_report.eps_sweep(sweep_runs, tmp_path / "s.png", tmp_path / "s.csv")
+    title, saved = boxes["title"], boxes["saved"]
+    # one long line set the saved area's edges itself, its last glyphs cut at the right edge;
+    # the title now stays inside what the panels and legend span
+    assert saved.x0 < title.x0 and title.x1 < saved.x1
+    assert title.y0 >= boxes["panel"].y1  # and it does not overlap the panel titles

@@ -163,7 +163,8 @@ def eps_sweep(run_dirs: Sequence[str | Path], png_path: str | Path, csv_path: st
             legend.setdefault(label, handle)
     fig.legend(list(legend.values()), list(legend), loc="lower center", fontsize=8,
                ncol=min(len(legend), 4), frameon=False, bbox_to_anchor=(0.5, -0.12))  # fmt: skip
+    # two lines: one line of this length is wider than a two-panel figure and was cut
     fig.suptitle(f"fets: {METRIC_LABEL} against eps0 after {runs['rounds'].max()} rounds, "
-                 f"{runs['n_parameters'].max():,} parameters; mean over seeds, 95 % t-interval",
-                 fontsize=10)  # fmt: skip
+                 f"{runs['n_parameters'].max():,} parameters\nmean over seeds, 95 % t-interval",
+                 fontsize=10, y=1.0, va="bottom")  # fmt: skip
     save_figure(fig, png_path)
