@@ -23,7 +23,7 @@ from dpmed.models import build_model
 from dpmed.models.classifiers import gradcam_layer
 from dpmed.privacy.dpsgd import wrap_per_sample
 from dpmed.runtime import select_device
-from dpmed.xcal.client import Client
+from dpmed.xcal.client import Client, ClientSeeds
 from dpmed.xcal.methods import BASELINE, NON_PRIVATE, PROPOSED, resolve
 from dpmed.xcal.spec import MODELS
 
@@ -59,7 +59,7 @@ def make_client(model: str, method: str, args: argparse.Namespace):
         "top_q": 0.2,
         "ema": 0.9,
     }
-    client = Client(0, x, y, trained, params, 8.0, 0, layer)
+    client = Client(0, x, y, trained, params, 8.0, ClientSeeds(0, 0, 1), layer)
     state = {k: v.detach().clone() for k, v in net.state_dict().items()}
     client.train_round(net, wrapped, state)  # warm-up
     return client, net, wrapped, state

@@ -47,9 +47,10 @@ def test_paper_grid_sizes_match_hand_count():
     # + the sweep: simagg, fedavg, dp_simagg {paper, sound} and dp_fedavg sound × 4 eps0, at
     # 4 participations; three seeds each.
     assert len(grid.jobs("fets")) == (1 + 4 + 1 + 2 + 4 * (2 + 3 * 4)) * 3
-    # xcal: 102 main + 12 centralized + 54 clients×shift + 84 ablation, minus the 6 + 12 cells
-    # that blocks 3 and 4 share with block 1; three seeds each.
-    assert len(grid.jobs("xcal")) == (102 + 12 + 54 + 84 - 6 - 12) * 3
+    # xcal: 126 main (with the random-σ_t control) + 12 centralized + 54 clients×shift + 96
+    # ablation (7 presets and the control), minus the 6 + 24 cells that blocks 3 and 4 share
+    # with block 1; three seeds each.
+    assert len(grid.jobs("xcal")) == (126 + 12 + 54 + 96 - 6 - 24) * 3
     assert grid.datasets() == list(DATASETS)  # every dataset, in registry order
 
 
@@ -62,10 +63,10 @@ def test_smoke_grid_covers_every_value(smoke):
     # fets: fedavg, simagg at inf; dp_simagg {paper, sound} and dp_fedavg sound at eps0 {1, 10};
     # the sweep at 2 participations: fedavg at inf, dp_fedavg at 2 eps0, dp_simagg sound at 1.
     assert len(grid.jobs("fets")) == 2 + 4 + 2 + 2 * (1 + 2 + 1)
-    # xcal: nondp at inf on each dataset; bloodmnist static/agp/agp-dp/xcal at 5;
+    # xcal: nondp at inf on each dataset; bloodmnist static/agp/agp-dp/xcal/xcal-random at 5;
     # pneumoniamnist centralized c1 and xcal-logit c3; dermamnist static {label, covariate} ×
     # {3, 5} clients.
-    assert len(grid.jobs("xcal")) == 3 + 4 + 2 + 4
+    assert len(grid.jobs("xcal")) == 3 + 5 + 2 + 4
     seen = {
         (study, key, value)
         for study in ("seg", "fets", "xcal")

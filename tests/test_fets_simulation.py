@@ -26,6 +26,7 @@ from dpmed.runtime import JobContext
 PARAMS = {
     "rounds": 3, "participation": 0.2, "selection": "sliding_window", "local_epochs": 1,
     "lr": 0.01, "batch_size": 4, "patch_size": [16, 16, 16], "patches_per_subject": 2,
+    "timing_samples_per_subject": 40,
     "base_filters": 2, "depth": 2, "norm": "group", "clip_norm": 100.0, "delta": 1e-5,
     "simagg_distance": "l2", "sound_calibration": "analytic", "hd95": False,
 }  # fmt: skip

@@ -30,6 +30,7 @@ from dpmed.runtime import JobContext
 PARAMS = {
     "rounds": 3, "participation": 0.2, "selection": "sliding_window", "local_epochs": 1,
     "lr": 0.01, "batch_size": 4, "patch_size": [16, 16, 16], "patches_per_subject": 2,
+    "timing_samples_per_subject": 40,
     "base_filters": 2, "depth": 2, "norm": "group", "clip_norm": 100.0, "delta": 1e-5,
     "simagg_distance": "l2", "sound_calibration": "analytic", "hd95": False,
 }  # fmt: skip
@@ -105,9 +106,9 @@ def test_canaries_reach_the_real_server_as_more_collaborators(processed):
     chosen = [str(c) for c in federation.choices[0].collaborators]
     canaries = UpdateCanaries(np.array([5, 900, 2000]), np.array([True, False, True]), 100.0)
     server = AuditServer(cfg, 0.0)
-    plain, _ = fets_run.aggregate_round(federation, server, state, chosen, 1, job.seed)
+    plain, _ = fets_run.aggregate_round(federation, server, state, chosen, 1)
     extra = canaries.locals(state, 1.0)
-    mixed, mech = fets_run.aggregate_round(federation, server, state, chosen, 1, job.seed, extra)
+    mixed, mech = fets_run.aggregate_round(federation, server, state, chosen, 1, extra)
     before = flatten_state(state)
     n0, n = len(chosen), len(chosen) + 3
     moved = flatten_state(mixed) - before

@@ -141,14 +141,16 @@ def test_private_runs_stay_within_the_target_and_write_every_output(small, tmp_p
     assert load_model(out / "model.pt").fc.out_features == 8  # the final global ResNet-18
     if method == "xcal":
         extra = privacy["extra"]
-        for s, g, realised, bound in zip(
+        for s, g, realised, bound, scale in zip(
             extra["client_eps_realised_signal"],
             extra["client_eps_realised_gradient"],
             extra["client_eps_realised_reading"],
             extra["client_epsilon"],
+            extra["client_calibration_scale"],
             strict=True,
         ):
-            assert s <= 0.1 * 2.0 + 1e-9 and g <= 0.9 * 2.0 + 1e-9
+            # each share within its part of the calibration budget scale·ε
+            assert s <= 0.1 * scale * 2.0 + 1e-9 and g <= 0.9 * scale * 2.0 + 1e-9
             assert realised <= min(bound, s + g) + 1e-9
         ref = extra["client_sigma_ref"]
         assert metrics["sigma_min"] >= 0.8 * min(ref) - 1e-9

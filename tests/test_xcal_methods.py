@@ -126,8 +126,10 @@ def test_targets_list_run_files_with_model_pt_then_tables_and_figures():
 
 
 def test_method_names_presets_and_report_order():
-    assert METHODS.names() == ("nondp", "centralized", "static", "agp", "agp-dp", "xcal")
+    registered = ("nondp", "centralized", "static", "agp", "agp-dp", "xcal", "xcal-random")
+    assert METHODS.names() == registered
     assert split_method("xcal") == ("xcal", "balanced")
+    assert split_method("xcal-random") == ("xcal-random", None)  # not xcal + preset random
     assert split_method("xcal-logit") == ("xcal", "logit")
     assert split_method("agp") == ("agp", None)
     assert split_method("agp-dp") == ("agp-dp", None)  # a registered name, not agp + preset
@@ -139,17 +141,10 @@ def test_method_names_presets_and_report_order():
         split_method("agp-x")
     with pytest.raises(ValueError, match="unknown xcal method 'sgd'.*nondp, centralized"):
         split_method("sgd")
-    order = ["xcal-logit", "agp-dp", "static", "nondp", "xcal", "xcal-amplified", "agp"]
-    assert sorted([*order, "centralized"], key=method_rank) == [
-        "nondp",
-        "centralized",
-        "static",
-        "agp",
-        "agp-dp",
-        "xcal",
-        "xcal-amplified",
-        "xcal-logit",
-    ]
+    order = ["xcal-logit", "xcal-random", "agp-dp", "static", "nondp", "xcal", "xcal-amplified"]
+    # registration order, then the presets of a method after its bare name
+    ranked = [*registered[:6], "xcal-amplified", "xcal-logit", "xcal-random"]
+    assert sorted([*order, "agp", "centralized"], key=method_rank) == ranked
     assert method_rank("agp-dp") == (4, "")
 
 

@@ -12,6 +12,7 @@ import pytest
 from scipy import stats
 
 from dpmed.xcal.report import (
+    CONTROL_LABEL,
     ROAD_LABEL,
     ablation_table,
     clients_table,
@@ -53,6 +54,7 @@ def _run(
         "f1_per_eps": 0.1,
         "road_per_eps": (road - 10.0) / 0.5,
         "step_seconds": 0.01,
+        "forward_pair_seconds": 0.002,
     }
     (folder / "metrics.json").write_text(json.dumps(metrics))
     pd.DataFrame(
@@ -142,3 +144,35 @@ def test_runtime_table_gives_the_t_interval_over_runs_and_ratios_of_means(tmp_pa
     assert (row["xcal_s_ci_low"], row["xcal_s_ci_high"]) == pytest.approx(want)
     assert row["xcal_over_static"] == pytest.approx(3.4 / 2.2)
     assert row["static_over_nondp"] == pytest.approx(2.0)
+    # both overhead measures over the static step: the paper's two inference forwards, ours
+    assert row["two_forwards_s"] == pytest.approx(0.002)
+    assert row["paper_overhead_pct_two_forwards"] == pytest.approx(100 * 0.002 / 2.2)
+    assert row["ours_overhead_pct_xcal_step"] == pytest.approx(100 * (3.4 / 2.2 - 1))
+
+
+def test_runtime_table_keeps_the_random_control_out_of_xcal(tmp_path):
+    runs = [_run(tmp_path, method, 20.0, 0.1) for method in ("static", "xcal", "xcal-random")]
+    frame = collect(runs)
+    frame["step_seconds"] = [2.0, 3.0, 9.0]
+    row = runtime_table(frame).iloc[0]
+    assert row["xcal_n_runs"] == 1 and row["xcal_s"] == pytest.approx(3.0)
+
+
+def test_efficiency_table_says_where_eps_did_not_move(tmp_path):
+    runs = [_run(tmp_path, method, 20.0, 0.1) for method in ("static", "xcal")]
+    metrics = runs[1] / "metrics.json"
+    metrics.write_text(json.dumps(json.loads(metrics.read_text()) | {"f1_per_eps": None}))
+    table = efficiency_table(collect(runs)).set_index("method")
+    assert table.loc["static", "f1_slope_runs"] == 1 and table.loc["static", "note"] == ""
+    assert table.loc["xcal", "f1_slope_runs"] == 0 and "no slope" in table.loc["xcal", "note"]
+
+
+def test_ablation_table_sets_the_random_control_beside_the_presets(tmp_path):
+    runs = [
+        _run(tmp_path, method, road, 0.1)
+        for method, road in (("static", 10.0), ("xcal", 30.0), ("xcal-logit", 20.0),
+                             ("xcal-random", 25.0))
+    ]  # fmt: skip
+    table = ablation_table(collect(runs)).set_index("preset")
+    assert list(table.index) == ["balanced", "logit", CONTROL_LABEL]
+    assert table.loc[CONTROL_LABEL, "road_mean"] == 25.0

@@ -12,6 +12,12 @@ paired with the Dice of the model round r started from (row r − 1: the untrain
 r = 1). So row r's score covers the Dice of rounds 0..r − 1, and the final model's Dice (row T)
 is reported but never scored, as the challenge never validates its last aggregate.
 
+Common random numbers: the initial weights, the selection schedule and each collaborator's local
+training (patch order and positions per round) come from the seed block's common seeds
+(`dpmed.config.grid.common_seed`, roles init, schedule, local), so runs of one seed that differ
+only in aggregator, DP mode or ε0 share them and paired comparisons over seeds pair; only the
+server's DP noise is drawn from the job seed (all wildcards), independently per run.
+
 Every round ends with a checkpoint; because every random draw is seeded from (seed, round,
 collaborator), a resumed run gives the same results as an uninterrupted one. Outputs in the job
 folder: rounds.csv (one row per round: chosen, round and cumulative simulated seconds, Dice,
@@ -33,6 +39,7 @@ import torch
 from torch import nn
 
 from dpmed.checkpoint import Checkpoint
+from dpmed.config.grid import common_seed
 from dpmed.config.wildcards import parse_eps
 from dpmed.data import fets
 from dpmed.fets import privacy, selection, timing
@@ -67,7 +74,7 @@ def run(job: JobContext) -> dict[str, Any]:
         if run_state.round == 0:
             board.log(run_state.rows[0])
         for fl_round in range(run_state.round + 1, rounds + 1):
-            mech = play_round(federation, server, run_state, fl_round, job.seed)
+            mech = play_round(federation, server, run_state, fl_round)
             checkpoint.save(run_state.saved())
             last = run_state.rows[-1]
             eps_now = None if mech is None else last["eps_basic_cum"]
@@ -91,7 +98,7 @@ def server_config(job: JobContext) -> ServerConfig:
         clip_norm=float(params["clip_norm"]),
         simagg_distance=params["simagg_distance"],
         sound_calibration=params["sound_calibration"],
-        seed=job.seed,
+        seed=job.seed,  # the noise: independent per run
     )
 
 
@@ -104,8 +111,12 @@ class Federation:
         model_arguments: its build arguments (saved with model.pt).
         collaborators: by name, in partition order.
         choices: the selection schedule, one entry per round.
-        profiles: the FeTS timing profile of each collaborator.
+        profiles: the FeTS timing profile of each collaborator, in the challenge's order.
+        timed_samples: training samples per subject and epoch the timing model charges
+            (`timing_samples_per_subject`).
         training: the local training hyperparameters.
+        local_seed: the seed block's seed of local training (common seed, role local); a
+            collaborator's round trains from ("fets-local", local_seed, round, name).
     """
 
     model: nn.Module
@@ -113,7 +124,9 @@ class Federation:
     collaborators: dict[str, Collaborator]
     choices: list[selection.Choice]
     profiles: dict[str, timing.TimeProfile]
+    timed_samples: int
     training: LocalTraining
+    local_seed: int
 
     @property
     def sizes(self) -> dict[str, tuple[int, int]]:
@@ -130,8 +143,10 @@ class Federation:
 
 
 def build_federation(job: JobContext, device: torch.device) -> Federation:
-    """The network (seeded by the job seed), the collaborators of the processed partitioning
-    sharing one workspace copy of it on `device`, the schedule and the timing profiles."""
+    """The network, the collaborators of the processed partitioning sharing one workspace copy
+    of it on `device`, the schedule and the timing profiles. Initial weights, schedule and local
+    training come from the seed block's common seeds (module docstring); the global RNGs (job
+    seed) are left as they were."""
     params = job.params
     training = LocalTraining(
         local_epochs=float(params["local_epochs"]),
@@ -144,8 +159,9 @@ def build_federation(job: JobContext, device: torch.device) -> Federation:
     arguments = {"in_channels": 4, "n_classes": len(LABEL_VALUES),
                  "base_filters": int(params["base_filters"]), "depth": int(params["depth"]),
                  "norm": params["norm"]}  # fmt: skip
-    torch.manual_seed(job.seed)
-    model = build_model(MODEL, **arguments)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(common_seed("fets", job.wildcards, "init"))
+        model = build_model(MODEL, **arguments)
     buffers = [name for name, _ in model.named_buffers()]
     if buffers:
         raise ValueError(f"model has buffers {buffers}: no aggregation rule covers them")
@@ -157,9 +173,11 @@ def build_federation(job: JobContext, device: torch.device) -> Federation:
     ]  # fmt: skip
     names = [c.name for c in collaborators]
     choices = selection.schedule([int(n) for n in names], float(params["participation"]),
-                                 int(params["rounds"]), params["selection"], job.seed)  # fmt: skip
+                                 int(params["rounds"]), params["selection"],
+                                 common_seed("fets", job.wildcards, "schedule"))  # fmt: skip
     return Federation(model, arguments, dict(zip(names, collaborators, strict=True)), choices,
-                      timing.time_profiles(names), training)  # fmt: skip
+                      timing.time_profiles(names), int(params["timing_samples_per_subject"]),
+                      training, common_seed("fets", job.wildcards, "local"))  # fmt: skip
 
 
 @dataclass
@@ -212,16 +230,17 @@ def first_state(federation: Federation, cfg: ServerConfig, device: torch.device)
 
 
 def play_round(
-    federation: Federation, server: Server, run: RunState, fl_round: int, seed: int
+    federation: Federation, server: Server, run: RunState, fl_round: int
 ) -> RoundMechanisms | None:
     """Round `fl_round` (1-based): the chosen collaborators train, the server aggregates, the
     timing model times the round, the score adds that time at the Dice of the model the round
     started from (the module docstring) and every collaborator validates the new model. Appends
     the round's row to `run` and returns its mechanisms (None when non-private)."""
     chosen = [str(c) for c in federation.choices[fl_round - 1].collaborators]
-    run.state, mech = aggregate_round(federation, server, run.state, chosen, fl_round, seed)
+    run.state, mech = aggregate_round(federation, server, run.state, chosen, fl_round)
     times = timing.round_times(federation.profiles, federation.sizes, chosen,
-                               federation.training.local_epochs, fl_round - 1)  # fmt: skip
+                               federation.training.local_epochs, fl_round - 1,
+                               federation.timed_samples)  # fmt: skip
     round_time = max(times.values())
     run.times.update({(fl_round, int(name)): t for name, t in times.items() if name in chosen})
     projected = run.score.update(run.rows[-1]["dice_mean_labels"], round_time)
@@ -239,16 +258,16 @@ def aggregate_round(
     state: dict[str, np.ndarray],
     chosen: list[str],
     fl_round: int,
-    seed: int,
     extra: Sequence[Local] = (),
 ) -> tuple[dict[str, np.ndarray], RoundMechanisms | None]:
-    """Local training of the `chosen` from the global `state` (each seeded by (seed, round,
-    name)), then the server's aggregate (the local states are freed on return). `extra`
-    (privacy audits only, `dpmed.privacy.audit.fets`): further (name, state, weight) triples
-    aggregated after the chosen collaborators', as more collaborators of the round."""
+    """Local training of the `chosen` from the global `state` (each seeded by the federation's
+    local seed, the round and its name), then the server's aggregate (the local states are
+    freed on return). `extra` (privacy audits only, `dpmed.privacy.audit.fets`): further
+    (name, state, weight) triples aggregated after the chosen collaborators', as more
+    collaborators of the round."""
     local = []
     for name in chosen:
-        local_seed = stable_seed("fets-local", seed, fl_round, name)
+        local_seed = stable_seed("fets-local", federation.local_seed, fl_round, name)
         local_state, weight = federation.collaborators[name].train(state, local_seed)
         local.append((name, local_state, weight))
     return server.aggregate(state, [*local, *extra], fl_round)

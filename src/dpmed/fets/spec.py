@@ -107,19 +107,20 @@ def _plain_once(jobs: Sequence[Any]) -> list[dict[str, str]]:
 
 
 def _first_run(jobs: Sequence[Any]) -> dict[str, Any]:
-    """Fig. 3 reads the selection log of the grid's first run (every run shares the schedule)."""
+    """Fig. 3 reads the selection log of the grid's first run (the runs of a seed block share
+    the schedule at equal participation)."""
     selection = [f"{jobs[0].path}/selection.csv"] if jobs else []
     return {"_selection": selection, "_splits": [SPLITS]}
 
 
 def _first_run_params(jobs: Sequence[Any], config: Mapping[str, Any]) -> dict[str, Any]:
-    from dpmed.config.grid import job_seed  # the grid imports the study specs
+    from dpmed.config.grid import common_seed  # the grid imports the study specs
 
     return {
         "selection_csv": lambda wc: f"{jobs[0].path}/selection.csv",
         "splits_csv": lambda wc: SPLITS,
         "params": lambda wc: jobs[0].params,
-        "seed": lambda wc: job_seed("fets", jobs[0].wc),
+        "seed": lambda wc: common_seed("fets", jobs[0].wc, "schedule"),  # as `fets.run`
     }
 
 

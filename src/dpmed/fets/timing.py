@@ -1,17 +1,26 @@
 """Simulated round time and projected convergence score, computed as the FeTS 2022 challenge
 does.
 
-The per-patient timing profiles (mean, sd in seconds) are the FeTS 2022 challenge's own, derived
+The per-sample timing profiles (mean, sd in seconds) are the FeTS 2022 challenge's own, derived
 from real FeTS institutions (fets_challenge/experiment.py). As there: each collaborator draws a
 compute profile (validation + training) and a network profile (download + upload) with
 `np.random.seed(0xFEEDFACE)`; every round re-seeds with the round number and, for each
-collaborator in order, draws download, n_val·t_val and, for trainers, n_train·epochs·t_train,
+collaborator in order, draws download, n_val·t_val and, for trainers, n_train·s·epochs·t_train,
 a second n_val·t_val (validation of the local model) and upload — each draw max(1, N(mean, sd)).
-Round time = max over collaborators. The score uses MAX_SIMULATION_TIME = one week:
-AUC += best·round_time; projected = (AUC + (604800 − total_time)·best)/604800, where best is
-the best Dice of the global models validated so far. As there, a round's time is paired with the
-validation of the model the round started from (the aggregate of the round before, which the
-collaborators validate as their first task), so the last aggregate is never scored.
+Round time = max over collaborators.
+
+Two details of the challenge code set the scale. Its collaborators are the partition ids read as
+text and sorted ('1', '10', '11', ..., '9'), and that order assigns the profiles and orders each
+round's draws. Its training "data size" is the length of the training dataset, which for its
+GaNDLF loader is the patch queue: s = q_samples_per_volume = 40 patches per subject and epoch,
+while validation counts subjects. `samples_per_subject` is s (config
+`fets.defaults.timing_samples_per_subject`; docs/faithfulness.md, note F6).
+
+The score uses MAX_SIMULATION_TIME = one week: AUC += best·round_time; projected = (AUC +
+(604800 − total_time)·best)/604800, where best is the best Dice of the global models validated
+so far. As there, a round's time is paired with the validation of the model the round started
+from (the aggregate of the round before, which the collaborators validate as their first task),
+so the last aggregate is never scored.
 """
 
 from __future__ import annotations
@@ -83,10 +92,11 @@ class TimeProfile:
 
 
 def time_profiles(names: Sequence[str], seed: int = PROFILE_SEED) -> dict[str, TimeProfile]:
-    """One profile per collaborator, drawn as in the FeTS challenge."""
+    """One profile per collaborator, drawn as in the FeTS challenge: in the text order of the
+    names, which is also the order of the returned dict (so of each round's draws)."""
     rs = np.random.RandomState(seed)
     out = {}
-    for name in names:
+    for name in sorted(str(n) for n in names):
         ml = rs.randint(len(VALIDATION_TIMES))
         net = rs.randint(len(DOWNLOAD_TIMES))
         out[name] = TimeProfile(
@@ -101,9 +111,11 @@ def round_times(
     trainers: Sequence[str],
     epochs: float,
     fl_round: int,
+    samples_per_subject: int,
 ) -> dict[str, float]:
-    """Simulated seconds of every collaborator in round `fl_round` (0-based as in FeTS).
-    `sizes[name]` = (n_train, n_val)."""
+    """Simulated seconds of every collaborator in round `fl_round` (0-based as in FeTS), drawn
+    in the order of `profiles`. `sizes[name]` = (n_train, n_val); a trainer is charged
+    n_train·`samples_per_subject`·`epochs` training samples."""
     rs = np.random.RandomState(fl_round)
 
     def draw(stat: tuple[float, float]) -> float:
@@ -115,7 +127,7 @@ def round_times(
         t = draw(prof.download)
         t += n_val * draw(prof.validation)
         if name in trainers:
-            t += n_train * epochs * draw(prof.training)
+            t += n_train * samples_per_subject * epochs * draw(prof.training)
             t += n_val * draw(prof.validation)
             t += draw(prof.upload)
         times[name] = t

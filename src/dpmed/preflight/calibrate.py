@@ -8,7 +8,7 @@ every distinct cell and ε of the grid, before any probe:
   `accounting.noise_multiplier` with the job's accountant, checked by `accounting.epsilon`.
 - xcal: the run's `Client`s (partition by the cell's shift, the server's schedule) calibrate
   themselves (`Method.calibrate`); every client's σ is checked by the RDP accountant (XCal-FL:
-  gradient and signal budgets separately, their sum against ε).
+  gradient and signal budgets separately, and its proven bound against ε).
 - fets: the server's σ of the whole-model DP modes (`Server.sound_sigma`), checked against
   δ0 with the exact Gaussian privacy profile (analytic calibration) or RDP (rdp calibration).
   The paper mode's per-tensor classic σ is a paper approximation without a guarantee (its
@@ -92,7 +92,7 @@ def _xcal(config: Mapping[str, Any], job: Job, eps: float) -> Calibration:
     from dpmed.preflight.data import medmnist_labels
     from dpmed.privacy import accounting
     from dpmed.seeding import stable_seed
-    from dpmed.xcal.client import Client
+    from dpmed.xcal.client import Client, ClientSeeds
     from dpmed.xcal.methods import resolve
     from dpmed.xcal.run import client_schedule
     from dpmed.xcal.shifts import partition
@@ -114,13 +114,13 @@ def _xcal(config: Mapping[str, Any], job: Job, eps: float) -> Calibration:
         if rounds == 0:
             continue
         client = Client(k, torch.zeros((len(y), 1, 1, 1)), torch.from_numpy(y), method, params,
-                        eps, 0, "", planned_rounds=rounds)  # fmt: skip
+                        eps, ClientSeeds(0, 0, 0), "", planned_rounds=rounds)  # fmt: skip
         history = [(client.sigma_ref, client.q, client.total_steps)]
-        if hasattr(client, "eps_grad"):  # XCal-FL: gradient and signal budgets
+        if hasattr(client, "eps_grad"):  # XCal-FL: gradient and signal budgets, proven bound
             grad = accounting.epsilon(history, client.delta_grad)
             signal_history = [(client.sigma_signal, client.q, client.total_steps)]
             signal = accounting.epsilon(signal_history, client.delta_signal)
-            client_eps = grad + signal
+            client_eps = method.filter_epsilon(client)
             ok &= grad <= client.eps_grad * (1 + RTOL) and signal <= client.eps_signal * (1 + RTOL)
         else:
             client_eps = accounting.epsilon(history, client.delta)

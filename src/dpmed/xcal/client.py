@@ -7,6 +7,12 @@ client in R_k of the rounds; it takes T = R_k · local_epochs · S steps in all,
 multipliers are calibrated to T steps at rate q. How the noise is set is the method's
 (`dpmed.xcal.methods`). The client sends the server only its model tensors and its ledger
 (`ClientUpdate`).
+
+Its randomness comes from three generators (`ClientSeeds`): the Poisson samples of the gradient
+steps and those of XCal-FL's signal are seeded by the run's seed block only, so runs that differ
+only in method or ε see the same batches (common random numbers: the sample rate q does not
+depend on either); the Gaussian noise (and a random σ_t) comes from the job's own seed,
+independent per mechanism.
 """
 
 from __future__ import annotations
@@ -49,6 +55,17 @@ class StepAudit(Protocol):
     ) -> tuple[dict[str, torch.Tensor], dict]: ...
 
 
+@dataclass(frozen=True)
+class ClientSeeds:
+    """Seeds of a client's generators: `sampling` (the gradient steps' Poisson samples) and
+    `signal` (the signal's own samples), shared by every run of a seed block, and `noise` (the
+    Gaussian noise and any random σ_t), the job's own."""
+
+    sampling: int
+    signal: int
+    noise: int
+
+
 @dataclass
 class StepStats:
     """Per-client counters for metrics.json (step times in seconds)."""
@@ -68,7 +85,7 @@ class Client:
         method: the run's method (`dpmed.xcal.methods.resolve`).
         params: the job's hyperparameters.
         epsilon: the target ε (inf when non-private).
-        seed: seeds the sampler (seed) and the noise generator (seed + 1).
+        seeds: the seeds of its sample and noise generators.
         cam_layer: the network's Grad-CAM layer (XCal-FL's signal).
         planned_rounds: R_k, the rounds the server's schedule samples this client in (None:
             every round).
@@ -82,7 +99,7 @@ class Client:
         method: Method,
         params: dict,
         epsilon: float,
-        seed: int,
+        seeds: ClientSeeds,
         cam_layer: str,
         planned_rounds: int | None = None,
     ) -> None:
@@ -93,8 +110,9 @@ class Client:
         self.q = 1.0 / self.steps_per_epoch
         rounds = params["rounds"] if planned_rounds is None else planned_rounds
         self.total_steps = rounds * params["local_epochs"] * self.steps_per_epoch
-        self.sampler = torch.Generator().manual_seed(seed)
-        self.noise = torch.Generator(device=x.device).manual_seed(seed + 1)
+        self.sampler = torch.Generator().manual_seed(seeds.sampling)
+        self.signal_sampler = torch.Generator().manual_seed(seeds.signal)
+        self.noise = torch.Generator(device=x.device).manual_seed(seeds.noise)
         self.delta = params["delta"]
         self.ledger = RdpLedger()
         self.signal_ledger = RdpLedger()
@@ -143,7 +161,7 @@ class Client:
             if self.filter is not None and self.filter.halted:
                 break
             start = time.perf_counter()
-            xb, yb = self.poisson_batch()
+            xb, yb = self.poisson_batch(self.sampler)
             if not self.method.step(self, model, optimizer, xb, yb, noise_std):
                 break
             if self.x.device.type == "cuda":
@@ -154,10 +172,10 @@ class Client:
         tensors = {k: v.detach().clone() for k, v in net.state_dict().items()}
         return ClientUpdate(tensors, self.n, self.method.ledger_message(self))
 
-    def poisson_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """A fresh Poisson sample of the client's data: each image independently with
-        probability q (the sampling the accountant assumes)."""
-        idx = torch.nonzero(torch.rand(self.n, generator=self.sampler) < self.q)[:, 0]
+    def poisson_batch(self, sampler: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """A fresh Poisson sample of the client's data drawn from `sampler`: each image
+        independently with probability q (the sampling the accountant assumes)."""
+        idx = torch.nonzero(torch.rand(self.n, generator=sampler) < self.q)[:, 0]
         idx = idx.to(self.x.device)
         return self.x[idx], self.y[idx]
 
@@ -206,11 +224,16 @@ class Client:
         """One N(0, 1) draw from the client's noise generator."""
         return torch.randn((), generator=self.noise, device=self.x.device).item()
 
+    def standard_uniform(self) -> float:
+        """One U(0, 1) draw from the client's noise generator."""
+        return torch.rand((), generator=self.noise, device=self.x.device).item()
+
     # ------------------------------------------------------------------ checkpoints
     def state(self) -> dict:
         """The client's resumable state (generators, ledgers, filter, signal, counters)."""
         return {
             "sampler": self.sampler.get_state(),
+            "signal_sampler": self.signal_sampler.get_state(),
             "noise": self.noise.get_state(),
             "ledger": self.ledger.state(),
             "signal_ledger": self.signal_ledger.state(),
@@ -222,8 +245,9 @@ class Client:
 
     def load_state(self, state: dict) -> None:
         """Restore what `state` saved."""
-        self.sampler.set_state(state["sampler"].cpu())  # a checkpoint loaded onto CUDA
-        self.noise.set_state(state["noise"].cpu())  # moves them; generator states live on CPU
+        # a checkpoint loaded onto CUDA moves them; generator states live on CPU
+        for name in ("sampler", "signal_sampler", "noise"):
+            getattr(self, name).set_state(state[name].cpu())
         self.signal_ledger = RdpLedger.from_state(state["signal_ledger"])
         if self.filter is not None:
             self.filter.load_state(state["filter"])

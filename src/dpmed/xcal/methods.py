@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 
 PRESET_PATTERN = "[a-z0-9]+"
 # Roles of the paper's comparisons (report tables and figures): the non-private baseline, the
-# DP baseline XCal-FL is measured against, and XCal-FL itself.
-NON_PRIVATE, BASELINE, PROPOSED = "nondp", "static", "xcal"
+# DP baseline XCal-FL is measured against, XCal-FL itself and its random-σ_t control (ours).
+NON_PRIVATE, BASELINE, PROPOSED, RANDOM_CONTROL = "nondp", "static", "xcal", "xcal-random"
 
 
 def trained_sigmas(clients: list[Client]) -> list[float]:
@@ -205,8 +205,10 @@ class AGPDP(Method):
 class XCalFL(Method):
     """XCal-FL: σ_t from the privatised explainability signal under a Rényi filter.
 
-    (ε, δ) is split into a signal share f·(ε, δ) and a gradient share (1 − f)·(ε, δ). Per step,
-    the signal s_i (`dpmed.xcal.signal`, sensitivity 1) is summed over its own Poisson sample,
+    A calibration budget s·(ε, δ) is split into a signal share f·s·(ε, δ) and a gradient share
+    (1 − f)·s·(ε, δ), s chosen so that the proven bound after all planned steps reaches the
+    target ε (`dpmed.xcal.calibration`; s = 1 would end about a tenth below it). Per step, the
+    signal s_i (`dpmed.xcal.signal`, sensitivity 1) is summed over its own Poisson sample,
     drawn independently of the gradient step's, and gets N(0, σ_s²); it is divided by q·n,
     clipped to [0, 1] and EMA-smoothed (start 0.5). σ_t follows from the smoothed signal within
     [(1 − b)σ_ref, (1 + b)σ_ref] and the filter admits, raises or halts it so the gradient share
@@ -223,29 +225,37 @@ class XCalFL(Method):
 
     def calibrate(self, client: Client, epsilon: float) -> None:
         from dpmed.privacy.adaptive import RenyiFilter
+        from dpmed.xcal.calibration import calibrate
 
-        f = client.params["signal_fraction"]
-        client.eps_signal, client.delta_signal = f * epsilon, f * client.delta
-        client.eps_grad, client.delta_grad = (1 - f) * epsilon, (1 - f) * client.delta
-        client.sigma_signal = client.calibrated_sigma(client.eps_signal, client.delta_signal)
-        client.sigma_ref = client.calibrated_sigma(client.eps_grad, client.delta_grad)
-        client.filter = RenyiFilter.for_target(
-            client.eps_grad,
-            client.delta_grad,
-            client.q,
-            client.sigma_ref,
-            client.total_steps,
-            sigma_max=(1 + client.params["band"]) * client.sigma_ref,
+        f, band = client.params["signal_fraction"], client.params["band"]
+        budget = calibrate(epsilon, client.delta, client.q, client.total_steps, f, band)
+        client.budget_scale = budget.scale
+        client.eps_signal, client.delta_signal = f * budget.scale * epsilon, f * client.delta
+        client.eps_grad = (1 - f) * budget.scale * epsilon
+        client.delta_grad = (1 - f) * client.delta
+        client.sigma_signal, client.sigma_ref = budget.sigma_signal, budget.sigma_ref
+        client.filter = RenyiFilter(
+            client.q, budget.order_index, budget.rdp_budget, (1 + band) * budget.sigma_ref
         )
         client.ledger = client.filter.ledger
 
     def step(self, client, model, optimizer, xb, yb, noise_std) -> bool:
+        if not client.filter.can_continue():
+            return False
+        sigma = client.filter.admit(self.proposed_sigma(client, model))
+        if sigma is None:
+            return False
+        client.dp_step(model, optimizer, xb, yb, client.uniform_std(model, sigma))
+        client.stats.sigmas.append(sigma)
+        return True
+
+    def proposed_sigma(self, client: Client, model: nn.Module) -> float:
+        """σ_t the filter is asked for: from the privatised, smoothed signal of the client's
+        own Poisson sample (charged to its signal ledger)."""
         from dpmed.xcal import signal
 
         p = client.params
-        if not client.filter.can_continue():
-            return False
-        sx, sy = client.poisson_batch()  # the signal's own sample, independent of (xb, yb)
+        sx, sy = client.poisson_batch(client.signal_sampler)  # independent of (xb, yb)
         if sx.shape[0]:
             parts = signal.components(model, client.cam_layer, sx, sy, p["top_q"])
             total = float(signal.combine(parts, self.weights).sum())
@@ -256,14 +266,8 @@ class XCalFL(Method):
         private = (total + client.sigma_signal * noise) / (client.q * client.n)
         private = min(1.0, max(0.0, private))
         client.smoothed = p["ema"] * client.smoothed + (1 - p["ema"]) * private
-        proposed = signal.sigma_from_signal(client.smoothed, client.sigma_ref, p["band"])
-        sigma = client.filter.admit(proposed)
-        if sigma is None:
-            return False
-        client.dp_step(model, optimizer, xb, yb, client.uniform_std(model, sigma))
-        client.stats.sigmas.append(sigma)
         client.stats.signals.append(private)
-        return True
+        return signal.sigma_from_signal(client.smoothed, client.sigma_ref, p["band"])
 
     def epsilon(self, client: Client) -> float | None:
         """The proven ε bound at δ of the steps so far: the smaller of `worst_case_epsilon`
@@ -285,23 +289,20 @@ class XCalFL(Method):
         return epsilon_of(curve, client.delta)
 
     def filter_epsilon(self, client: Client) -> float:
-        """The whole run's guarantee at δ = δ_s + δ_g: the signal over all T planned steps plus
-        the filter, which keeps the gradients' RDP at α* within B. The smaller of sequential
-        composition (ε_s(T) at δ_s plus the filter's ε_g at δ_g) and one conversion at α*
-        (ρ_s(α*)·T + B); both hold for any adaptively chosen σ_t and halts."""
-        from dpmed.privacy.adaptive import conversion_offset, epsilon_of, rdp_curve
+        """The whole run's guarantee at δ (`dpmed.xcal.calibration.filter_bound`: the signal
+        over all T planned steps plus the filter's gradient budget), whatever σ_t and halts."""
+        from dpmed.xcal.calibration import filter_bound
 
         flt = client.filter
-        signal_all = rdp_curve(client.q, client.sigma_signal, client.total_steps)
-        sequential = (
-            epsilon_of(signal_all, client.delta_signal)
-            + flt.budget
-            + conversion_offset(flt.order, client.delta_grad)
+        return filter_bound(
+            client.q,
+            client.sigma_signal,
+            client.total_steps,
+            flt.order_index,
+            flt.budget,
+            client.delta,
+            client.params["signal_fraction"],
         )
-        one_order = (
-            signal_all[flt.order_index] + flt.budget + conversion_offset(flt.order, client.delta)
-        )
-        return float(min(sequential, one_order))
 
     def realised_epsilon(self, client: Client) -> float | None:
         """The RDP reading of the noise actually used, at δ: the signal's and the gradients'
@@ -322,6 +323,7 @@ class XCalFL(Method):
         sigmas = sorted({round(s, 6) for c in clients for s in c.stats.sigmas})
         extra = {
             "signal_fraction": params["signal_fraction"],
+            "client_calibration_scale": [c.budget_scale for c in clients],
             "client_eps_realised_signal": [
                 c.signal_ledger.epsilon(c.delta_signal) for c in clients
             ],
@@ -342,6 +344,28 @@ class XCalFL(Method):
         return by_accountant, noise, extra
 
 
+@dataclass(frozen=True)
+class XCalRandom(XCalFL):
+    """The random-σ_t control of XCal-FL (ours): each step σ_t is drawn uniformly in XCal-FL's
+    band [(1 − b)σ_ref, (1 + b)σ_ref] from the noise generator, whatever the data. Same
+    calibration (budget split, σ_ref), same Rényi filter, same proven bound; no signal is
+    computed, so the signal's share of the budget is reserved and unspent (the bound, which
+    counts it, is then conservative). XCal-FL against it tells whether the signal, rather than
+    σ_t merely varying within the band, changes F1 or ROAD."""
+
+    default_preset: str | None = None
+    mechanism: ClassVar[str] = (
+        "XCal-FL random-sigma control: DP-SGD (flat clipping) with sigma_t drawn uniformly in "
+        "XCal-FL's band under XCal-FL's Renyi filter; the signal's budget share reserved, no "
+        "signal computed"
+    )
+
+    def proposed_sigma(self, client: Client, model: nn.Module) -> float:
+        """σ_ref (1 − b + 2b·u), u ~ U(0, 1) from the client's noise generator."""
+        band = client.params["band"]
+        return client.sigma_ref * (1 - band + 2 * band * client.standard_uniform())
+
+
 METHODS: Registry[Method] = Registry("xcal method")
 METHODS.add(NON_PRIVATE, NonPrivate())
 METHODS.add("centralized", Method(private=None, federated=False))
@@ -349,6 +373,7 @@ METHODS.add(BASELINE, Method())
 METHODS.add("agp", AGP())
 METHODS.add("agp-dp", AGPDP())
 METHODS.add(PROPOSED, XCalFL())
+METHODS.add(RANDOM_CONTROL, XCalRandom())
 
 
 def split_method(method: str) -> tuple[str, str | None]:

@@ -6,9 +6,11 @@ q = 1/S per step), which is what the RDP accountant assumes; the paper's code us
 batches, so its ε was an approximation, while this one is formal: guarantee "dp". A client
 spends only in the rounds the server samples it in (`extra.client_rounds`); the public schedule
 gives no amplification. `epsilon` is a bound that holds whatever the data made the run do: for
-fixed-σ methods the RDP of the steps taken, for XCal-FL the smaller of its filter guarantee and
-the worst case of its σ band (`dpmed.xcal.methods.XCalFL.epsilon`). A method whose paper recipe
-has no finite ε (`Method.paper_flaw`: AGP as paper 001 describes it) is "paper-approximation".
+fixed-σ methods the RDP of the steps taken, for XCal-FL (and its random-σ_t control) the smaller
+of its filter guarantee and the worst case of its σ band (`dpmed.xcal.methods.XCalFL.epsilon`),
+calibrated so that the filter guarantee reaches the target ε (`dpmed.xcal.calibration`). A
+method whose paper recipe has no finite ε (`Method.paper_flaw`: AGP as paper 001 describes it)
+is "paper-approximation".
 `eps_realised_reading` (in `extra`) is the RDP of the σ actually used: for XCal-FL it is smaller
 and not a guarantee.
 """
@@ -37,8 +39,8 @@ NOT_COVERED = [
     "post-processing of the covered global model)",
     "metrics.json client_sizes and privacy.json client_sample_rates: the clients' dataset "
     "sizes, treated as public as DP-SGD accounting does",
-    "metrics.json seconds and step_seconds: wall-clock timings, a side channel the guarantee "
-    "does not model",
+    "metrics.json seconds, step_seconds and forward_pair_seconds: wall-clock timings, a side "
+    "channel the guarantee does not model",
 ]
 REALISED_NOTE = (
     "eps_realised_reading sums the realised RDP of the noise actually used; where sigma_t was "

@@ -7,16 +7,20 @@ salient pixels are removed (MoRF); `road_combined` is the (LeRF − MoRF) / 2 sc
 Tables (results/tables/<name>.csv + .md), each value the mean over seeds with its 95 %
 t-interval (`dpmed.report.intervals.summarize`: `n_seeds`, `<m>_mean`, `<m>_ci_low`,
 `<m>_ci_high`), comparisons as paired t-tests over seeds (`<m>_p_vs_<baseline>`):
-- xcal_main: F1, accuracy, ROAD (%), combined ROAD and spent ε per dataset × model × method × ε
-  (IID runs, §6), F1 and ROAD of every method tested against static DP-FL and AGP;
+- xcal_main: F1, accuracy, ROAD (%), combined ROAD and the final proven ε per dataset × model ×
+  method × ε (IID runs, §6), F1 and ROAD of every method tested against static DP-FL, AGP and
+  the random-σ_t control;
 - xcal_efficiency: ΔF1/Δε and ΔROAD/Δε (ROAD in %) over each private run's trajectory (first
-  to last round with a value);
+  to last round with a value), with how many runs of the cell have a slope (ε moved);
 - xcal_clients: F1 and ROAD by client count (columns) per dataset × model × method × shift × ε,
   XCal-FL tested against static DP-FL per column;
 - xcal_shift: F1 and ROAD by shift (columns) per dataset × model × method × clients × ε, likewise;
-- xcal_ablation: XCal-FL presets (α, β, γ) × ε, F1, ROAD (%) and combined ROAD (§7);
-- xcal_runtime: mean seconds per local step of nondp, static and xcal per dataset × model and
-  the overhead ratios (§8; bench/xcal_step.py times it under controlled conditions).
+- xcal_ablation: XCal-FL presets (α, β, γ) and the random-σ_t control × ε, F1, ROAD (%) and
+  combined ROAD (§7);
+- xcal_runtime: mean seconds per local step of nondp, static and xcal per dataset × model, the
+  ratios, and XCal-FL's overhead both ways: paper 001 §8's (two inference-mode forward passes
+  over a static step) and ours (the measured XCal-FL step over the static one)
+  (bench/xcal_step.py times steps under controlled conditions).
 Figures (results/figures/<name>.png + .pdf): F1 and ROAD vs cumulative ε per method and the
 final MoRF/LeRF confidence-drop curves (xcal_trajectories), client-count and shift effects
 (xcal_clients_shift), the ablation (xcal_ablation), Grad-CAM examples of static vs xcal
@@ -45,6 +49,7 @@ from dpmed.xcal.methods import (  # noqa: E402
     BASELINE,
     NON_PRIVATE,
     PROPOSED,
+    RANDOM_CONTROL,
     method_rank,
     split_method,
 )
@@ -58,11 +63,15 @@ METRICS = [
     "f1", "accuracy", "road", "road_combined", "road_random", "epsilon", "f1_per_eps",
     "road_per_eps",
 ]  # fmt: skip
+TIMES = ["step_seconds", "forward_pair_seconds"]  # measured wall-clock (xcal_runtime)
 # The client-count and shift comparisons (tables, figure, Grad-CAM pairs): the DP baseline
 # against XCal-FL with its default preset.
 COMPARED = [BASELINE, PROPOSED]
-# The main table tests every method against these (paired over seeds): static DP-FL and AGP.
-MAIN_BASELINES = [BASELINE, "agp"]
+# The main table tests every method against these (paired over seeds): static DP-FL, AGP and the
+# random-σ_t control (whether XCal-FL's signal matters beyond σ_t varying in its band).
+MAIN_BASELINES = [BASELINE, "agp", RANDOM_CONTROL]
+# The ablation's label for the random-σ_t control (it has no preset).
+CONTROL_LABEL = "random sigma_t (control)"
 TESTED = ["f1", "road"]  # the metrics of the paired tests
 
 
@@ -78,13 +87,13 @@ def collect(runs: Sequence[str | Path]) -> pd.DataFrame:
     for run in runs:
         metrics = json.loads((Path(run) / "metrics.json").read_text())
         row = {k: metrics[k] for k in KEYS}
-        row.update({k: metrics[k] for k in (*METRICS, "step_seconds")})
+        row.update({k: metrics[k] for k in (*METRICS, *TIMES)})
         row["clients"] = int(row["clients"])
         row["eps"] = parse_eps(str(row["eps"]))
         row["seed"] = int(wildcards_from_path("xcal", run)["seed"])
         row["run"] = str(run)
         rows.append(row)
-    frame = pd.DataFrame(rows, columns=[*KEYS, *METRICS, "step_seconds", "seed", "run"])
+    frame = pd.DataFrame(rows, columns=[*KEYS, *METRICS, *TIMES, "seed", "run"])
     return _sorted(frame)
 
 
@@ -100,7 +109,7 @@ def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
 
 def main_table(frame: pd.DataFrame) -> pd.DataFrame:
     """F1 / accuracy / ROAD (%) / combined ROAD / ROAD of random attributions (%, the
-    baseline) / spent ε of the IID runs (paper §6 tables),
+    baseline) / final proven ε of the IID runs (paper §6 tables),
     mean and 95 % t-interval over seeds, F1 and ROAD paired-tested against `MAIN_BASELINES`."""
     iid = frame[frame["shift"] == POOLED]
     cell = ["dataset", "model", "clients", "eps"]
@@ -116,9 +125,20 @@ def main_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 def efficiency_table(frame: pd.DataFrame) -> pd.DataFrame:
     """ΔF1/Δε and ΔROAD/Δε (ROAD in %, so percentage points of confidence drop per unit ε)
-    of the private runs, mean and 95 % t-interval over seeds."""
+    of the private runs, mean and 95 % t-interval over seeds. A slope is defined only where ε
+    moved between the first and last round with a value (`dpmed.xcal.run.efficiency`):
+    `f1_slope_runs` and `road_slope_runs` count the cell's runs that have one, and `note` says
+    when a cell has none."""
     private = frame[np.isfinite(frame["eps"].astype(float))]
-    return summarize(private, KEYS, ["epsilon", "f1_per_eps", "road_per_eps"])
+    table = summarize(private, KEYS, ["epsilon", "f1_per_eps", "road_per_eps"])
+    counts = private.groupby(KEYS, sort=False)[["f1_per_eps", "road_per_eps"]].count()
+    counts.columns = ["f1_slope_runs", "road_slope_runs"]
+    table = table.merge(counts.reset_index(), on=KEYS, how="left", validate="one_to_one")
+    flat = (table["f1_slope_runs"] == 0) | (table["road_slope_runs"] == 0)
+    table["note"] = np.where(
+        flat, "eps did not move between the first and last round with a value: no slope", ""
+    )
+    return table
 
 
 def _pivot(frame: pd.DataFrame, over: str, index: list[str]) -> pd.DataFrame:
@@ -162,10 +182,12 @@ def shift_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def ablation_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """XCal-FL presets × ε (IID): F1, ROAD (%) and combined ROAD (paper §7), mean and 95 %
-    t-interval over seeds."""
-    xcal = frame[(frame["method"].map(_base) == PROPOSED) & (frame["shift"] == POOLED)]
-    xcal = xcal.assign(preset=xcal["method"].map(lambda m: split_method(m)[1]))
+    """XCal-FL presets and the random-σ_t control (preset `CONTROL_LABEL`) × ε (IID): F1,
+    ROAD (%) and combined ROAD (paper §7), mean and 95 % t-interval over seeds."""
+    base = frame["method"].map(_base)
+    xcal = frame[base.isin([PROPOSED, RANDOM_CONTROL]) & (frame["shift"] == POOLED)]
+    presets = xcal["method"].map(lambda m: split_method(m)[1] or CONTROL_LABEL)
+    xcal = xcal.assign(preset=presets)
     keys = ["dataset", "model", "preset", "clients", "eps"]
     return summarize(xcal, keys, ["f1", "road", "road_combined"])
 
@@ -173,17 +195,21 @@ def ablation_table(frame: pd.DataFrame) -> pd.DataFrame:
 def runtime_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Mean step seconds of nondp / static / xcal (any preset) over the federated IID runs of
     each dataset × model with the 95 % t-interval over those runs (`<m>_s_ci_low`,
-    `<m>_s_ci_high`, `<m>_n_runs`), and the ratios of the means (NaN where a method did not
-    run)."""
+    `<m>_s_ci_high`, `<m>_n_runs`), the ratios of the means (NaN where a method did not run),
+    and XCal-FL's overhead over a static DP-SGD step both ways: paper 001 §8's measure,
+    `paper_overhead_pct_two_forwards` = two inference-mode forward passes on the expected
+    batch (`two_forwards_s`, timed in the static runs) over the static step, and ours,
+    `ours_overhead_pct_xcal_step` = the measured XCal-FL step over the static step − 1."""
     methods = (NON_PRIVATE, BASELINE, PROPOSED)
     fed = frame[(frame["shift"] == POOLED) & (frame["clients"] > 1)]
-    fed = fed.assign(base=fed["method"].str.partition("-")[0])
+    fed = fed.assign(base=fed["method"].map(_base))
     fed = fed[fed["base"].isin(methods)]
     cols = ["dataset", "model"]
     cols += [f"{m}_{s}" for m in methods for s in ("s", "s_ci_low", "s_ci_high", "n_runs")]
     ratios = [f"{BASELINE}_over_{NON_PRIVATE}", f"{PROPOSED}_over_{BASELINE}"]
-    cols += [*ratios, f"{PROPOSED}_overhead_pct"]
-    cells = summarize(fed, ["dataset", "model", "base"], ["step_seconds"])
+    cols += [*ratios, "two_forwards_s", "paper_overhead_pct_two_forwards"]
+    cols += ["ours_overhead_pct_xcal_step"]
+    cells = summarize(fed, ["dataset", "model", "base"], TIMES)
     rows = []
     for (dataset, model), group in cells.groupby(["dataset", "model"], sort=True):
         row = {"dataset": dataset, "model": model}
@@ -193,10 +219,15 @@ def runtime_table(frame: pd.DataFrame) -> pd.DataFrame:
             for stat, column in (("s", "mean"), ("s_ci_low", "ci_low"), ("s_ci_high", "ci_high")):
                 row[f"{method}_{stat}"] = hit[f"step_seconds_{column}"].iloc[0] if found else np.nan
             row[f"{method}_n_runs"] = int(hit["n_seeds"].iloc[0]) if found else 0
+        static = group[group["base"] == BASELINE]
+        row["two_forwards_s"] = (
+            static["forward_pair_seconds_mean"].iloc[0] if len(static) else np.nan
+        )
         t = {m: row[f"{m}_s"] for m in methods}
         row[ratios[0]] = t[BASELINE] / t[NON_PRIVATE]
         row[ratios[1]] = t[PROPOSED] / t[BASELINE]
-        row[f"{PROPOSED}_overhead_pct"] = 100 * (t[PROPOSED] / t[BASELINE] - 1)
+        row["paper_overhead_pct_two_forwards"] = 100 * row["two_forwards_s"] / t[BASELINE]
+        row["ours_overhead_pct_xcal_step"] = 100 * (t[PROPOSED] / t[BASELINE] - 1)
         rows.append(row)
     return pd.DataFrame(rows, columns=cols)
 

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from dpmed.checkpoint import Checkpoint
+from dpmed.config.grid import common_seed
 from dpmed.config.wildcards import parse_eps
 from dpmed.data.npz import read_npz
 from dpmed.federated.averaging import weighted_mean
@@ -41,10 +42,11 @@ from dpmed.runtime import JobContext, Progress
 from dpmed.seeding import stable_seed
 from dpmed.tracking import tracker
 from dpmed.xcal import evaluate as xcal_eval
-from dpmed.xcal.client import Client, ClientUpdate
+from dpmed.xcal.client import Client, ClientSeeds, ClientUpdate
 from dpmed.xcal.methods import Method, resolve
 from dpmed.xcal.privacy import privacy_record
 from dpmed.xcal.shifts import partition
+from dpmed.xcal.timing import forward_pair_seconds
 
 N_GRADCAM_EXAMPLES = 4
 ROUND_COLUMNS = [
@@ -168,7 +170,7 @@ def build_federation(
             method,
             params,
             eps,
-            stable_seed(job.seed, "client", k),
+            client_seeds(job, k),
             layer,
             planned_rounds=sum(k in sampled for sampled in schedule),
         )
@@ -177,6 +179,18 @@ def build_federation(
     evaluated = wrapped if wrapped is not None else net
     evaluation = build_evaluation(job, evaluated, layer, arguments["n_classes"], device)
     return Federation(net, wrapped, clients, evaluation, method, arguments, schedule)
+
+
+def client_seeds(job: JobContext, k: int) -> ClientSeeds:
+    """Client k's seeds: its gradient and signal samples from the seed block
+    (`common_seed`: every method and ε of a (dataset, model, shift, clients, seed) block sees
+    the same batches), its noise from the job seed (independent per mechanism)."""
+    wc = job.wildcards
+    return ClientSeeds(
+        sampling=common_seed("xcal", wc, f"client-sampling-{k}"),
+        signal=common_seed("xcal", wc, f"client-signal-sampling-{k}"),
+        noise=stable_seed(job.seed, "client-noise", k),
+    )
 
 
 def client_partitions(job: JobContext) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -215,7 +229,7 @@ def initial_network(
     wc: dict[str, str], arguments: dict[str, Any], device: torch.device
 ) -> tuple[nn.Module, str]:
     """The initial network (the same for every method of a (dataset, model, seed) cell; the
-    job seed drives only sampling and noise) and its Grad-CAM layer."""
+    job seed drives only the noise) and its Grad-CAM layer."""
     torch.manual_seed(stable_seed("xcal-init", wc["dataset"], wc["model"], wc["seed"]))
     net = build_model(wc["model"], **arguments).to(device)
     return net, gradcam_layer(net, arguments["in_channels"], arguments["image_size"])
@@ -393,7 +407,8 @@ def run_metrics(
     epsilon: float | None,
 ) -> dict:
     """metrics.json: the cell, final scores, spent ε, efficiencies, step counts and times, the
-    σs and signals the clients used."""
+    time of two inference-mode forward passes (paper 001 §8's overhead measure,
+    `dpmed.xcal.timing`), the σs and signals the clients used."""
     clients = fed.clients
     steps = sum(c.stats.steps for c in clients)
     seconds = sum(c.stats.seconds for c in clients)
@@ -415,6 +430,9 @@ def run_metrics(
         "road_per_eps": efficiency([r["road"] for r in rows], eps),
         "steps": steps,
         "step_seconds": seconds / steps if steps else None,
+        "forward_pair_seconds": forward_pair_seconds(
+            fed.wrapped if fed.wrapped is not None else fed.net, clients
+        ),
         "seconds": last["seconds"],
         "sigma_mean": float(np.mean(sigmas)) if sigmas else None,
         "sigma_min": float(np.min(sigmas)) if sigmas else None,

@@ -127,9 +127,7 @@ def audit_fets_cell(
         chosen = [str(c) for c in federation.choices[fl_round - 1].collaborators]
         weight = float(np.mean([federation.collaborators[n].n_train for n in chosen]))
         extra = updates.locals(state, weight)
-        state, mech = fets_run.aggregate_round(
-            federation, server, state, chosen, fl_round, job.seed, extra
-        )
+        state, mech = fets_run.aggregate_round(federation, server, state, chosen, fl_round, extra)
     record = privacy.privacy_record(cfg, rounds, privacy.round_columns(cfg, rounds, mech))
     scores = updates.scores(before, flatten_state(state))
     wc = dict(job.wildcards)
