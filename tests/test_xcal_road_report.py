@@ -90,9 +90,14 @@ def test_tables_carry_road_in_percent_and_the_combined_score(frame):
 
 def test_trajectories_plot_road_in_percent_and_the_final_morf_lerf_curves(frame):
     fig = trajectories_figure(frame)
-    _, road_ax, curve_ax = fig.axes
+    f1_ax, road_ax, eps_ax, curve_ax = fig.axes
     assert road_ax.get_ylabel() == ROAD_LABEL
     assert [list(line.get_ydata()) for line in road_ax.get_lines()] == [[10.0, 15.0], [10.0, 80.0]]
+    # against the round (a run whose ε is flat from round 1 drew a vertical line against ε),
+    # the proven ε in a panel of its own on a log axis
+    assert all(list(line.get_xdata()) == [1, 2] for line in f1_ax.get_lines())
+    assert [list(line.get_ydata()) for line in eps_ax.get_lines()] == [[0.4, 0.9], [0.4, 0.9]]
+    assert eps_ax.get_yscale() == "log"
     lines = {line.get_label(): line for line in curve_ax.get_lines()}
     morf = next(v for k, v in lines.items() if k.startswith("xcal") and k.endswith("MoRF"))
     np.testing.assert_allclose(morf.get_xdata(), [20.0, 50.0])

@@ -263,18 +263,20 @@ def _no_data(ax: plt.Axes, text: str) -> None:
 
 
 def trajectories_figure(frame: pd.DataFrame) -> plt.Figure:
-    """Per private IID run, one row per dataset × model: F1 and ROAD (%) vs cumulative ε, and
-    the final model's MoRF (solid) and LeRF (dotted) confidence drop (%) vs removed fraction,
-    with the drop of uniform random attributions (dashed, faint): the baseline MoRF must beat."""
+    """Per private IID run, one row per dataset × model: F1, ROAD (%) and the proven cumulative
+    ε (log axis) against the round, and the final model's MoRF (solid) and LeRF (dotted)
+    confidence drop (%) vs removed fraction, with the drop of uniform random attributions
+    (dashed, faint): the baseline MoRF must beat. Against the round, not ε: a run whose proven
+    bound is reached from the first round (XCal-FL's filter bound) would be a vertical line."""
     private = frame[(frame["shift"] == POOLED) & np.isfinite(frame["eps"].astype(float))]
     combos = list(dict.fromkeys(zip(private["dataset"], private["model"], strict=True)))
     fig, axes = plt.subplots(
-        max(1, len(combos)), 3, figsize=(15, 3.2 * max(1, len(combos))), squeeze=False
+        max(1, len(combos)), 4, figsize=(19, 3.2 * max(1, len(combos))), squeeze=False
     )
     if not combos:
         _no_data(axes[0, 0], "no private IID runs")
-        _no_data(axes[0, 1], "")
-        _no_data(axes[0, 2], "")
+        for ax in axes[0, 1:]:
+            _no_data(ax, "")
     for (dataset, model), row_axes in zip(combos, axes, strict=True):
         runs = private[(private["dataset"] == dataset) & (private["model"] == model)]
         for i, (_, run) in enumerate(runs.iterrows()):
@@ -283,29 +285,30 @@ def trajectories_figure(frame: pd.DataFrame) -> plt.Figure:
             style = "-" if _base(run["method"]) == PROPOSED else "--"
             line = {"color": f"C{i % 10}", "marker": "o", "ms": 3}
             label = f"{_label(run)} c{run['clients']}"
-            row_axes[0].plot(rounds["epsilon"], rounds["f1"], style, label=label, **line)
+            row_axes[0].plot(rounds["round"], rounds["f1"], style, label=label, **line)
             with_road = rounds.dropna(subset=["road"])
-            row_axes[1].plot(with_road["epsilon"], with_road["road"], style, label=label, **line)
+            row_axes[1].plot(with_road["round"], with_road["road"], style, label=label, **line)
+            row_axes[2].plot(rounds["round"], rounds["epsilon"], style, label=label, **line)
             removed = 100 * np.asarray(road["percentages"])
-            row_axes[2].plot(removed, road["morf_drop"], "-", label=f"{label} MoRF", **line)
-            row_axes[2].plot(removed, road["lerf_drop"], ":", label=f"{label} LeRF", **line)
-            row_axes[2].plot(
+            row_axes[3].plot(removed, road["morf_drop"], "-", label=f"{label} MoRF", **line)
+            row_axes[3].plot(removed, road["lerf_drop"], ":", label=f"{label} LeRF", **line)
+            row_axes[3].plot(
                 removed, road["random"]["morf_drop"], "--", label=f"{label} random",
                 alpha=0.5, **line,
             )  # fmt: skip
-        row_axes[0].set(
-            title=f"{dataset} / {model}: macro F1", xlabel="cumulative ε", ylabel="macro F1"
-        )
-        row_axes[1].set(
-            title=f"{dataset} / {model}: ROAD", xlabel="cumulative ε", ylabel=ROAD_LABEL
-        )
+        row_axes[0].set(title=f"{dataset} / {model}: macro F1", xlabel="round", ylabel="macro F1")
+        row_axes[1].set(title=f"{dataset} / {model}: ROAD", xlabel="round", ylabel=ROAD_LABEL)
         row_axes[2].set(
+            title=f"{dataset} / {model}: proven ε spent", xlabel="round", ylabel="cumulative ε",
+            yscale="log",
+        )  # fmt: skip
+        row_axes[3].set(
             title=f"{dataset} / {model}: final model",
             xlabel="pixels removed (%)",
             ylabel="confidence drop (%)",
         )
         row_axes[1].legend(fontsize=7)
-        row_axes[2].legend(fontsize=6)
+        row_axes[3].legend(fontsize=6)
     fig.tight_layout()
     return fig
 
