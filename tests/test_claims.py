@@ -166,3 +166,19 @@ def test_seg_dice_pairs_below_the_learning_scale_are_inconclusive(tmp_path):
     row = table.set_index("claim").loc["seg-psac-below-flat"]
     assert row["verdict"] == "inconclusive" and "neither arm learned" in row["reason"]
     assert isinstance(table, pd.DataFrame)
+
+
+def test_the_captions_state_the_constants_the_code_uses():
+    """The claims captions quote the test level and the fets cost margin; they follow the
+    code's constants, so neither can go stale."""
+    from conftest import REPO
+
+    from dpmed.fets.claims import EQUIVALENT_COST
+    from dpmed.report.claims import ALPHA
+    from dpmed.xcal.claims import MAX_OVERHEAD
+
+    claims = (REPO / "workflow/report/claims.rst").read_text()
+    measured = (REPO / "workflow/report/claims_measured.rst").read_text()
+    assert claims.count(f"Holm p < {ALPHA:g}") == 2
+    assert f"ln {math.exp(EQUIVALENT_COST):g} ≈ {EQUIVALENT_COST:.3f}" in measured
+    assert f"divided by {MAX_OVERHEAD:g}" in measured

@@ -111,6 +111,9 @@ CLAIMS: tuple[Claim, ...] = (
 )  # fmt: skip
 
 
+_WILDCARDS = ["dataset", "model", "clip", "morph", "eps", "seed"]
+
+
 def _runs(metrics_paths: Iterable[str | Path]) -> pd.DataFrame:
     """One row per metrics.json of a main-grid cell: wildcards, test and val Dice, seconds per
     epoch."""
@@ -128,9 +131,6 @@ def _runs(metrics_paths: Iterable[str | Path]) -> pd.DataFrame:
             }
         )  # fmt: skip
     return pd.DataFrame(rows, columns=[*_WILDCARDS, "dice", "val_dice", "seconds_per_epoch"])
-
-
-_WILDCARDS = ["dataset", "model", "clip", "morph", "eps", "seed"]
 
 
 def _number(value: float | None) -> float:
