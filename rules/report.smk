@@ -4,7 +4,9 @@ empirical audits at noise scale 1 of rules/audit.smk). The HTML report itself is
 `snakemake --report results/report.html` (same --configfile/--profile as the run) from the
 outputs flagged with `reported(...)`; captions are in workflow/report/."""
 
+from dpmed.report.claims import claims_evidence
 from dpmed.report.demo_summary_inputs import summary_inputs
+from dpmed.report.outputs import shown_files
 
 for _study, _spec in STUDIES.items():
     for _name, _entry in _spec.reports.items():
@@ -56,6 +58,18 @@ CLAIM_SOURCES = {
     name: spec.claims for name, spec in STUDIES.items() if spec.claims and GRID.jobs(name)
 }
 CLAIMS_CAT = "claims"
+# The files the report shows (a table's .html, a figure's .png) of the study registries' entries
+# and of the study targets in results/: the evidence a claims row links.
+SHOWN = list(
+    dict.fromkeys(
+        [path for name, spec in STUDIES.items() for path in shown_files(spec.reports, GRID.jobs(name))]
+        + [
+            report_item([path.removesuffix(".csv") + ext for ext in TAB]) if path.endswith(".csv") else path
+            for path in study_targets()
+            if path.startswith(("results/tables/", "results/figures/", "results/measured/"))
+        ]
+    )
+)
 
 
 rule claims:
@@ -72,6 +86,11 @@ rule claims:
         ),
     params:
         readers={study: source.reader for study, source in CLAIM_SOURCES.items()},
+        shown=SHOWN,
+        evidence=claims_evidence([source.reader for source in CLAIM_SOURCES.values()], SHOWN),
+        evidence_measured=claims_evidence(
+            [source.reader for source in CLAIM_SOURCES.values()], SHOWN, measured=True
+        ),
     log:
         "logs/claims.log",
     localrule: True

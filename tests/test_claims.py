@@ -12,13 +12,21 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from dpmed.report.claims import Claim, claims_tables, evaluate, holm, observations, paired_t_p
+from dpmed.report.claims import (
+    Claim,
+    claims_tables,
+    evaluate,
+    evidence_files,
+    holm,
+    observations,
+    paired_t_p,
+)
 from dpmed.seg.claims import seg_observations
 
 
 def claim(id: str, test: str = "greater", **kw) -> Claim:
     return Claim(id, "paper 0 §1", f"claim {id}", "score", "a", "b", test, "a and b runs",
-                 "table x", **kw)  # fmt: skip
+                 ("table_x",), **kw)  # fmt: skip
 
 
 def rows(claim_id: str, diffs, baseline=0.5, cell="c", scale="") -> list[dict]:
@@ -26,6 +34,39 @@ def rows(claim_id: str, diffs, baseline=0.5, cell="c", scale="") -> list[dict]:
         dict(claim=claim_id, cell=cell, seed=s, arm=baseline + d, baseline=baseline, scale=scale)
         for s, d in enumerate(diffs)
     ]
+
+
+SHOWN = [
+    "results/tables/seg_main_duke.html", "results/tables/seg_main_umn.html",
+    "results/figures/seg_fig3_duke.png", "results/figures/seg_fig4_umn.png",
+    "results/figures/seg_fig7_alignment.png", "results/figures/seg_fig11_adaptive.png",
+]  # fmt: skip
+
+
+def test_evidence_resolves_the_cells_wildcards_and_globs():
+    patterns = ("seg_main_{dataset}", "seg_fig[345]_{dataset}")
+    cell = "dataset umn, model unet, morph none, eps 8, clip nsgd"
+    assert evidence_files(patterns, cell, SHOWN) == [
+        "results/tables/seg_main_umn.html", "results/figures/seg_fig4_umn.png",
+    ]  # fmt: skip
+    # a cell that names no dataset: every dataset's files, never another figure
+    assert evidence_files(patterns, "clip nsgd", SHOWN) == [SHOWN[0], SHOWN[1], SHOWN[2], SHOWN[3]]
+    assert evidence_files(("seg_fig9_attack",), cell, SHOWN) == []
+
+
+def test_rows_link_their_evidence_or_say_it_is_missing():
+    claims = [claim("shown"), claim("missing")]
+    claims = [
+        Claim(**{**c.__dict__, "evidence": ev})
+        for c, ev in zip(claims, [("seg_main_{dataset}",), ("seg_fig9_attack",)], strict=True)
+    ]
+    frame = observations(
+        rows("shown", [0.1, 0.2, 0.15], cell="dataset duke, clip flat")
+        + rows("missing", [0.1, 0.2, 0.15])
+    )
+    table = evaluate("s", claims, frame, SHOWN).set_index("claim")
+    assert table.loc["shown", "evidence"] == "results/tables/seg_main_duke.html"
+    assert table.loc["missing", "evidence"] == "not in this run's report: seg_fig9_attack"
 
 
 def test_holm_by_hand():

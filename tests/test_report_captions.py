@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+import tempfile
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
@@ -63,11 +64,30 @@ def used_captions(tmp: Path) -> frozenset[str]:
     )
 
 
-def render(path: Path, snakemake: SimpleNamespace) -> str:
-    """Jinja2 then docutils, as Snakemake's report does; any docutils warning raises."""
+@functools.cache
+def caption_params(config_name: str) -> tuple[dict[str, SimpleNamespace], tuple]:
+    """(caption name → the params of the rule that reports it, the report's result files as
+    Snakemake's caption context sees them: `target` the file name) for a shipped config."""
+    from snakemake.io import is_flagged
+
+    params, files = {}, []
+    with loaded_workflow(CONFIGS[config_name], Path(tempfile.mkdtemp())) as workflow:
+        for rule in workflow.rules:
+            for f in rule.output:
+                if is_flagged(f, "report"):
+                    caption = Path(f.flags["report"].caption.get_filename()).stem
+                    params[caption] = SimpleNamespace(**dict(rule.params.items()))
+        shown = dict(workflow._rules["claims"].params.items())["shown"]
+    files = tuple(SimpleNamespace(target=Path(p).name, path=p) for p in shown)
+    return params, files
+
+
+def render(path: Path, snakemake: SimpleNamespace, files: tuple = ()) -> str:
+    """Jinja2 then docutils, as Snakemake's report does; any docutils warning raises (a link
+    to a result file that `files` lacks among them)."""
     env = Environment(trim_blocks=True, lstrip_blocks=True, undefined=StrictUndefined)
     text = env.from_string(path.read_text() + RST_LINKS).render(
-        snakemake=snakemake, categories={}, files=[]
+        snakemake=snakemake, categories={}, files=list(files)
     )
     overrides = {"report_level": 2, "halt_level": 2}
     return publish_parts(text, writer_name="html", settings_overrides=overrides)["html_body"]
@@ -97,15 +117,21 @@ def load_config(name: str, validated: bool) -> dict:
 def test_caption_renders_without_warnings(caption: str, config_name: str, validated: bool) -> None:
     config = load_config(config_name, validated)
     path = CAPTIONS / caption
+    files: tuple = ()
     if path == FRONT_PAGE:  # the front page sees only the config (Snakemake's global caption)
         contexts = [SimpleNamespace(config=config)]
     else:
+        params = SimpleNamespace()
+        if "snakemake.params" in path.read_text():  # the rule's own params, its result files
+            rule_params, files = caption_params(config_name)
+            params = rule_params[path.stem]
         datasets = SEG_DATASETS if "snakemake.wildcards" in path.read_text() else ("duke",)
         contexts = [
-            SimpleNamespace(config=config, wildcards={"dataset": d}, params={}) for d in datasets
+            SimpleNamespace(config=config, wildcards={"dataset": d}, params=params)
+            for d in datasets
         ]
     for snakemake in contexts:
-        html = render(path, snakemake)
+        html = render(path, snakemake, files)
         assert "{{" not in html and "{%" not in html
         assert len(re.sub(r"<[^>]+>", "", html).split()) >= 30, html  # real text, not a stub
 
@@ -125,3 +151,21 @@ def test_per_dataset_captions_name_their_dataset_and_paper_figure() -> None:
         assert dataset in html and figure in html
         blocks = [b for b in config["seg"]["grid"] if dataset in b["datasets"]]
         assert render(CAPTIONS / "seg_main.rst", snakemake).count("block:") == len(blocks)
+
+
+@pytest.mark.parametrize("config_name", sorted(CONFIGS))
+def test_the_claims_captions_link_every_claims_evidence(config_name: str) -> None:
+    """Every registered claim names evidence the grid's report shows, and the claims captions
+    link each of those files (a renamed table or figure breaks this, not the report)."""
+    rule_params, files = caption_params(config_name)
+    config = load_config(config_name, True)
+    for caption, key in (("claims", "evidence"), ("claims_measured", "evidence_measured")):
+        evidence = getattr(rule_params[caption], key)
+        assert evidence and all(evidence.values()), {c: f for c, f in evidence.items() if not f}
+        snakemake = SimpleNamespace(config=config, wildcards={}, params=rule_params[caption])
+        html = render(CAPTIONS / f"{caption}.rst", snakemake, files)
+        for claim, paths in evidence.items():
+            item = re.search(rf"{re.escape(claim)}</span></tt>:(.*?)</li>", html, re.S)
+            assert item, claim
+            linked = re.findall(r"showResultInfo\('([^']+)'\)", item.group(1))
+            assert linked == paths, claim

@@ -102,6 +102,45 @@ def test_html_twin_holds_the_tables_cells(tmp_path):
     assert (tmp_path / "again.html").read_text() == page.replace("<title>t<", "<title>again<")
 
 
+class _Links(HTMLParser):
+    """(href, text) of every <a> of an HTML page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[list[str]] = []
+        self._inside = False
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            self.links.append([dict(attrs)["href"], ""])
+            self._inside = True
+
+    def handle_endtag(self, tag):
+        self._inside = self._inside and tag != "a"
+
+    def handle_data(self, data):
+        if self._inside:
+            self.links[-1][1] += data
+
+
+def test_a_links_column_links_each_file_relative_to_the_tables_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the rules run in the working folder, paths relative to it
+    frame = pd.DataFrame({
+        "claim": ["a", "b"],
+        "evidence": ["results/tables/x_<1>.html; results/figures/y.png", "not shown: y & z"],
+    })  # fmt: skip
+    write_table(frame, "results/tables/t.csv", links="evidence")
+    page = (tmp_path / "results" / "tables" / "t.html").read_text()
+    parser = _Links()
+    parser.feed(page)
+    assert parser.links == [["x_<1>.html", "x_<1>.html"], ["../figures/y.png", "y.png"]]
+    assert cells(page)[2] == ["b", "not shown: y & z"]  # text stays text, escaped
+    markdown = (tmp_path / "results" / "tables" / "t.md").read_text()
+    assert "| a | [x_<1>.html](x_<1>.html); [y.png](../figures/y.png) |" in markdown
+    csv = (tmp_path / "results" / "tables" / "t.csv").read_text()
+    assert "results/tables/x_<1>.html; results/figures/y.png" in csv  # the CSV keeps the paths
+
+
 def _record(eps: float) -> PrivacyRecord:
     return PrivacyRecord(
         mechanism="m", adjacency="adj", sampling="poisson", accountant="rdp", epsilon=eps,

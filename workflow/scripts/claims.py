@@ -19,6 +19,6 @@ with log_to(smk.log[0]):
         )
         for study, reader in smk.params.readers.items()
     }
-    claims, measured = claims_tables(studies)
-    write_table(claims, smk.output.claims[0])
-    write_table(measured, smk.output.measured[0])
+    claims, measured = claims_tables(studies, smk.params.shown)
+    write_table(claims, smk.output.claims[0], links="evidence")
+    write_table(measured, smk.output.measured[0], links="evidence")

@@ -24,8 +24,11 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import PurePath
 from typing import Literal
 
 import numpy as np
@@ -33,6 +36,7 @@ import pandas as pd
 from scipy.special import stdtr
 
 from dpmed.report.intervals import t_interval
+from dpmed.report.outputs import LINK_SEPARATOR
 
 ALPHA = 0.05
 Test = Literal["greater", "less", "equivalent"]
@@ -58,9 +62,11 @@ class Claim:
         test: `greater` / `less` (arm − baseline > 0 / < 0) or `equivalent` (|arm − baseline|
             < margin).
         needs: the grid cells the comparison reads, for the reason when they are absent.
-        evidence: the table or figure that shows the compared values.
+        evidence: the report tables and figures that show the compared values, as file-name
+            stems (no folder or extension) that may hold the cell's wildcards (`{dataset}`)
+            and glob characters (`seg_fig?_{dataset}`); `evidence_files` resolves them.
         margin: the equivalence margin, in the metric's unit (`equivalent` only).
-        min_seeds: the fewest paired seeds for a verdict (the papers run three).
+        min_seeds: the fewest paired seeds for a verdict (paper 002 averages three runs).
         measured: the metric is a wall-clock measurement (not byte-identical): the claim goes
             to the measured claims table.
     """
@@ -73,7 +79,7 @@ class Claim:
     baseline: str
     test: Test
     needs: str
-    evidence: str
+    evidence: tuple[str, ...]
     margin: float = 0.0
     min_seeds: int = 3
     measured: bool = False
@@ -81,6 +87,8 @@ class Claim:
     def __post_init__(self) -> None:
         if (self.test == "equivalent") != (self.margin > 0):
             raise ValueError(f"claim {self.id}: an equivalence needs a margin > 0, only it")
+        if isinstance(self.evidence, str) or not self.evidence:
+            raise ValueError(f"claim {self.id}: evidence is a non-empty tuple of file stems")
 
 
 def observations(rows: Sequence[dict]) -> pd.DataFrame:
@@ -166,7 +174,7 @@ def _row(study: str, claim: Claim, cell: str, group: pd.DataFrame | None) -> dic
         "study": study, "claim": claim.id, "paper": claim.paper, "statement": claim.statement,
         "cell": cell, "metric": claim.metric, "comparison": f"{claim.arm} − {claim.baseline}",
         "test": claim.test, "margin": claim.margin if claim.test == "equivalent" else math.nan,
-        "min_seeds": claim.min_seeds, "evidence": claim.evidence,
+        "min_seeds": claim.min_seeds,
     }  # fmt: skip
     if group is None:
         return row | {"n_seeds": 0, "p": math.nan, "reason": f"cells absent: needs {claim.needs}"}
@@ -212,13 +220,41 @@ def _verdict(row: dict) -> tuple[str, str]:
     return "inconclusive", f"the interval spans zero: {interval}"
 
 
-def evaluate(study: str, claims: Sequence[Claim], frame: pd.DataFrame) -> pd.DataFrame:
+def cell_values(cell: str) -> dict[str, str]:
+    """The wildcard values a cell label names (`dataset duke, model unet` → dataset, model)."""
+    return dict(part.split(" ", 1) for part in cell.split(", ") if " " in part)
+
+
+def evidence_files(patterns: Sequence[str], cell: str, shown: Sequence[str]) -> list[str]:
+    """The report files among `shown` (paths) whose name stem matches one of a claim's
+    evidence `patterns`, each pattern's wildcards filled from `cell` (`*` where the cell does
+    not name one), in pattern order then `shown` order."""
+    values = cell_values(cell)
+    files: list[str] = []
+    for pattern in patterns:
+        stem = re.sub(r"\{(\w+)\}", lambda match: values.get(match[1], "*"), pattern)
+        files += [f for f in shown if fnmatchcase(PurePath(f).stem, stem) and f not in files]
+    return files
+
+
+def _evidence(claim: Claim, cell: str, shown: Sequence[str]) -> str:
+    files = evidence_files(claim.evidence, cell, shown)
+    if files:
+        return LINK_SEPARATOR.join(files)
+    return "not in this run's report: " + ", ".join(claim.evidence)
+
+
+def evaluate(
+    study: str, claims: Sequence[Claim], frame: pd.DataFrame, shown: Sequence[str] = ()
+) -> pd.DataFrame:
     """One row per claim and cell (`COLUMNS`): the paired difference, p, Holm p over the
-    study's rows, verdict and reason; a claim without observations gets one row (cell `—`)."""
+    study's rows, verdict and reason, and the report files among `shown` that show the
+    compared values (`evidence`); a claim without observations gets one row (cell `—`)."""
     known = {claim.id for claim in claims}
     unknown = set(frame["claim"]) - known
     if unknown:
         raise ValueError(f"observations of unregistered claims: {sorted(unknown)}")
+    by_id = {claim.id: claim for claim in claims}
     rows = []
     for claim in claims:
         mine = frame[frame["claim"] == claim.id]
@@ -231,7 +267,27 @@ def evaluate(study: str, claims: Sequence[Claim], frame: pd.DataFrame) -> pd.Dat
     for row, adjusted in zip(rows, holm(family), strict=True):
         row["p_holm"] = adjusted
         row["verdict"], row["reason"] = _verdict(row)
+        row["evidence"] = _evidence(by_id[row["claim"]], row["cell"], shown)
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def registered_claims(reader: str) -> Sequence[Claim]:
+    """The `CLAIMS` registry of the module of a study's claims `reader` ("module:function")."""
+    return importlib.import_module(reader.split(":")[0]).CLAIMS
+
+
+def claims_evidence(
+    readers: Sequence[str], shown: Sequence[str], measured: bool = False
+) -> dict[str, list[str]]:
+    """Claim id → every file among `shown` that its evidence names, for the claims (measured
+    or not) of the studies whose claims `readers` are given: the report's links beside the
+    claims tables."""
+    return {
+        claim.id: evidence_files(claim.evidence, "", shown)
+        for reader in readers
+        for claim in registered_claims(reader)
+        if claim.measured == measured
+    }
 
 
 def study_claims(
@@ -244,17 +300,19 @@ def study_claims(
 
 
 def claims_tables(
-    studies: Mapping[str, tuple[Sequence[Claim], pd.DataFrame]],
+    studies: Mapping[str, tuple[Sequence[Claim], pd.DataFrame]], shown: Sequence[str] = ()
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(claims, measured claims): `evaluate` per study and kind (Holm within each), in study
-    order."""
+    order, linking the report files among `shown`."""
     tables: dict[bool, list[pd.DataFrame]] = {False: [], True: []}
     for study, (claims, frame) in studies.items():
         for measured in (False, True):
             kind = [c for c in claims if c.measured == measured]
             if kind:
                 ids = {c.id for c in kind}
-                tables[measured].append(evaluate(study, kind, frame[frame["claim"].isin(ids)]))
+                tables[measured].append(
+                    evaluate(study, kind, frame[frame["claim"].isin(ids)], shown)
+                )
     return tuple(
         pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
         for parts in (tables[False], tables[True])

@@ -20,6 +20,9 @@ from typing import Any
 
 FIGURE_EXTS = (".png", ".pdf")
 TABLE_EXTS = (".csv", ".md", ".html")
+# Between the file paths of a table cell that lists files (`dpmed.report.style.write_table`'s
+# `links`): the .md and .html twins show each as a link.
+LINK_SEPARATOR = "; "
 # The writer keyword of an output says what it is.
 EXTS_OF_KEYWORD = {"png_path": FIGURE_EXTS, "csv_path": TABLE_EXTS}
 
@@ -89,3 +92,14 @@ class ReportOutput:
 def report_targets(reports: Mapping[str, ReportOutput] | Any, jobs: Sequence[Any]) -> list[str]:
     """Every target of every entry of a study's report registry, in registration order."""
     return [path for _, entry in reports.items() for path in entry.targets(jobs)]
+
+
+def shown_files(reports: Mapping[str, ReportOutput] | Any, jobs: Sequence[Any]) -> list[str]:
+    """The file the report shows (a table's `.html`, a figure's `.png`) of every output of
+    every entry of a study's report registry, for every wanted wildcard set."""
+    return [
+        stem.format(**values) + (".html" if keyword == "csv_path" else ".png")
+        for _, entry in reports.items()
+        for values in entry.wanted(jobs)
+        for keyword, (stem, _) in entry.files.items()
+    ]

@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from dpmed.io import atomic_path, write_csv, write_text  # noqa: E402
+from dpmed.report.outputs import LINK_SEPARATOR  # noqa: E402
 
 PNG_METADATA = {"Software": None}
 PDF_METADATA = {"Creator": None, "Producer": None, "CreationDate": None}
@@ -65,13 +66,32 @@ def label_bars(ax: plt.Axes, bars: Sequence, names: Sequence[str], errors: Seque
     ax.margins(y=0.15)
 
 
-def write_table(frame: pd.DataFrame, csv_path: str | Path) -> None:
+def write_table(frame: pd.DataFrame, csv_path: str | Path, links: str | None = None) -> None:
     """Write `frame` as CSV and, next to it, as a Markdown table (`.md`) and a standalone HTML
-    page (`.html`, titled with the file's stem)."""
+    page (`.html`, titled with the file's stem). Column `links`, if given, holds file paths
+    (relative to the working folder, `LINK_SEPARATOR` between them): the twins show each as
+    a link relative to the table's folder, its text the file name."""
     csv_path = Path(csv_path)
     write_csv(csv_path, frame)
-    write_text(csv_path.with_suffix(".md"), to_markdown(frame))
-    write_text(csv_path.with_suffix(".html"), to_html(frame, csv_path.stem))
+    write_text(csv_path.with_suffix(".md"), to_markdown(frame, links, csv_path.parent))
+    write_text(csv_path.with_suffix(".html"), to_html(frame, csv_path.stem, links, csv_path.parent))
+
+
+def _link_cell(cell: str, folder: Path, markup: str) -> str:
+    """A `links` cell with each file as a link relative to `folder` (`markup` `html`: an
+    escaped anchor, `md`: `[name](href)`); a cell that is not a list of paths (a file without
+    a folder part) stays text (escaped in HTML)."""
+    parts = cell.split(LINK_SEPARATOR) if cell else []
+    if not parts or any("/" not in part for part in parts):
+        return html.escape(cell, quote=False) if markup == "html" else cell
+    links = []
+    for part in parts:
+        href, name = Path(os.path.relpath(part, folder)).as_posix(), Path(part).name
+        if markup == "html":
+            links.append(f'<a href="{html.escape(href)}">{html.escape(name)}</a>')
+        else:
+            links.append(f"[{name}]({href})")
+    return LINK_SEPARATOR.join(links)
 
 
 def _cell(value: object) -> str:
@@ -91,10 +111,16 @@ tbody tr:nth-child(even) { background: #f7f7f7; }
 """
 
 
-def to_html(frame: pd.DataFrame, title: str) -> str:
+def to_html(
+    frame: pd.DataFrame, title: str, links: str | None = None, folder: Path = Path(".")
+) -> str:
     """A standalone HTML page with `frame` as a styled table (cells as in `to_markdown`,
-    escaped; no index). Only the frame and `title` enter it, so the bytes are deterministic."""
-    table = frame.map(_cell).to_html(index=False, escape=True, border=0, na_rep="")
+    escaped; no index; column `links` as links relative to `folder`, see `write_table`). Only
+    the frame and `title` enter it, so the bytes are deterministic."""
+    cells = frame.map(lambda value: html.escape(_cell(value), quote=False))
+    if links is not None:
+        cells[links] = [_link_cell(_cell(v), folder, "html") for v in frame[links]]
+    table = cells.to_html(index=False, escape=False, border=0, na_rep="")
     return (
         '<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8">\n'
         f"<title>{html.escape(title)}</title>\n<style>{HTML_STYLE}</style>\n</head>\n"
@@ -102,11 +128,16 @@ def to_html(frame: pd.DataFrame, title: str) -> str:
     )
 
 
-def to_markdown(frame: pd.DataFrame) -> str:
-    """A GitHub-flavoured Markdown table (floats with 4 significant digits)."""
+def to_markdown(frame: pd.DataFrame, links: str | None = None, folder: Path = Path(".")) -> str:
+    """A GitHub-flavoured Markdown table (floats with 4 significant digits; column `links` as
+    links relative to `folder`, see `write_table`)."""
     header = "| " + " | ".join(str(c) for c in frame.columns) + " |"
     rule = "| " + " | ".join("---" for _ in frame.columns) + " |"
     rows = [
-        "| " + " | ".join(_cell(v) for v in row) + " |" for row in frame.itertuples(index=False)
-    ]
+        "| " + " | ".join(
+            _link_cell(_cell(v), folder, "md") if column == links else _cell(v)
+            for column, v in zip(frame.columns, row, strict=True)
+        ) + " |"
+        for row in frame.itertuples(index=False)
+    ]  # fmt: skip
     return "\n".join([header, rule, *rows]) + "\n"

@@ -31,27 +31,29 @@ UNLEARNED = below(
     LEARNED_DICE,
     f"neither arm learned (test Dice < {LEARNED_DICE}): below the claim's scale",
 )
-CLOSINGS = ("close", "both")  # fixed DP-Morph variants that close (paper 002 §3.1)
+CLOSINGS = ("close", "both")  # fixed DP-Morph variants that close (paper 002 §2.4)
 
+_MAIN = ("seg_main_{dataset}", "seg_fig[345]_{dataset}")  # Table 3 and Figs. 3-5 per dataset
+_TIME = ("seg_fig8_training_time",)
 _NEEDS_RULES = "{arm} and flat runs of one dataset, model, morphology and ε"
 CLAIMS: tuple[Claim, ...] = (
     Claim(
         "seg-autos-equals-flat", "paper 002 §5.1, §6",
         "Auto-S and flat clipping keep the same test Dice under DP (both the best rules)",
         "test Dice", "Auto-S", "flat", "equivalent", _NEEDS_RULES.format(arm="Auto-S"),
-        "seg_main_<dataset>, Figs. 3-5", margin=EQUIVALENT_DICE,
+        _MAIN, margin=EQUIVALENT_DICE,
     ),
     Claim(
         "seg-nsgd-below-flat", "paper 002 §5.1, §6",
         "NSGD keeps less test Dice than flat clipping under DP (weakest on Duke)",
         "test Dice", "NSGD", "flat", "less", _NEEDS_RULES.format(arm="NSGD"),
-        "seg_main_<dataset>, Figs. 3-5",
+        _MAIN,
     ),
     Claim(
         "seg-psac-below-flat", "paper 002 §5.1, §6",
         "PSAC keeps less test Dice than flat clipping under DP (worst on UMN)",
         "test Dice", "PSAC", "flat", "less", _NEEDS_RULES.format(arm="PSAC"),
-        "seg_main_<dataset>, Figs. 3-5",
+        _MAIN,
     ),
     Claim(
         "seg-closing-raises-dp-dice", "paper 002 §5.1",
@@ -59,53 +61,54 @@ CLAIMS: tuple[Claim, ...] = (
         "under DP over no morphology",
         "test Dice", "fixed close-k / both-k", "no morphology", "greater",
         "DP runs with a close-k or both-k morphology and with none, same rule and ε",
-        "seg_main_<dataset>, Figs. 3-5",
+        _MAIN,
     ),
     Claim(
         "seg-fixed-morph-raises-nonprivate-dice", "paper 002 §5.1",
         "Fixed DP-Morph raises non-private test Dice over no morphology",
         "test Dice", "fixed morphology", "no morphology", "greater",
-        "non-private runs with a fixed morphology and with none", "seg_main_<dataset>",
+        "non-private runs with a fixed morphology and with none", ("seg_main_{dataset}",),
     ),
     Claim(
         "seg-adaptive-above-best-fixed", "paper 002 §5.6, §6",
         "Adaptive DP-Morph (v1-v3) raises test Dice over the best fixed morphology",
         "test Dice", "adaptive vN", "best fixed variant (validation Dice)", "greater",
         "adaptive and fixed morphology runs of one dataset, model, rule and ε",
-        "seg_main_<dataset>, Fig. 11",
+        ("seg_main_{dataset}", "seg_fig11_adaptive"),
     ),
     Claim(
         "seg-alignment-nsgd-above-flat", "paper 002 §5.2",
         "NSGD preserves the gradient direction best: its clipped batch gradient is closer to "
         "the true one than flat clipping's",
         "mean cosine over DP steps", "NSGD", "flat", "greater",
-        _NEEDS_RULES.format(arm="NSGD"), "Fig. 7",
+        _NEEDS_RULES.format(arm="NSGD"), ("seg_fig7_alignment",),
     ),
     Claim(
         "seg-alignment-psac-below-flat", "paper 002 §5.2",
         "PSAC distorts the gradient direction most: its clipped batch gradient is further "
         "from the true one than flat clipping's",
         "mean cosine over DP steps", "PSAC", "flat", "less",
-        _NEEDS_RULES.format(arm="PSAC"), "Fig. 7",
+        _NEEDS_RULES.format(arm="PSAC"), ("seg_fig7_alignment",),
     ),
     Claim(
         "seg-dp-lowers-attack-auc", "paper 002 §5.4",
         "DP-SGD lowers the global-loss membership attack's AUC below the non-private model's",
         "attack AUC", "DP run (clip rule, ε)", "non-private", "less",
         "attacked DP and non-private runs of one dataset, model and morphology",
-        "seg_attack, Fig. 9",
+        ("seg_attack", "seg_fig9_attack"),
     ),
     Claim(
         "seg-nsgd-fastest", "paper 002 §5.3",
         "NSGD trains faster per epoch than flat clipping",
         "training seconds per epoch", "NSGD", "flat", "less",
-        _NEEDS_RULES.format(arm="NSGD"), "Fig. 8", measured=True,
+        _NEEDS_RULES.format(arm="NSGD"), _TIME, measured=True,
     ),
     Claim(
         "seg-autos-psac-slower", "paper 002 §5.3",
-        "Auto-S and PSAC cost more training time per epoch than flat clipping",
+        "Auto-S and PSAC cost more training time per epoch (§5.3 names no baseline: here flat "
+        "clipping)",
         "training seconds per epoch", "Auto-S / PSAC", "flat", "greater",
-        "Auto-S or PSAC and flat runs of one dataset, model, morphology and ε", "Fig. 8",
+        "Auto-S or PSAC and flat runs of one dataset, model, morphology and ε", _TIME,
         measured=True,
     ),
 )  # fmt: skip

@@ -36,64 +36,65 @@ CHOSEN = METHODS[PROPOSED].default_preset
 _NEEDS = "XCal-FL (preset {0}) and static DP-FL runs of one dataset, model, shift, clients and ε"
 _NEEDS_MAIN = _NEEDS.format(CHOSEN)
 _NEEDS_PRESETS = f"XCal-FL runs of preset {CHOSEN} and another preset in one cell{{}}"
+_MAIN = ("xcal_main", "xcal_trajectories")  # the final metrics and their rounds
 _ROAD = "ROAD: MoRF confidence drop (%)"
 _STEP = "seconds per local step"
 CLAIMS: tuple[Claim, ...] = (
     Claim(
         "xcal-f1-above-static", "paper 001 §6, §10",
         "XCal-FL reaches a higher macro-F1 than static DP-FL at equal ε (over 10 % in the paper)",
-        "test macro-F1", "XCal-FL", "static DP-FL", "greater", _NEEDS_MAIN, "xcal_main",
+        "test macro-F1", "XCal-FL", "static DP-FL", "greater", _NEEDS_MAIN, _MAIN,
     ),
     Claim(
         "xcal-road-above-static", "paper 001 §6, §10",
         "XCal-FL's explanations are more faithful than static DP-FL's at equal ε (ROAD up to "
         "5× in the paper)",
-        _ROAD, "XCal-FL", "static DP-FL", "greater", _NEEDS_MAIN, "xcal_main, xcal_gradcam",
+        _ROAD, "XCal-FL", "static DP-FL", "greater", _NEEDS_MAIN, ("xcal_main", "xcal_gradcam"),
     ),
     Claim(
         "xcal-f1-efficiency-above-static", "paper 001 §6",
         "XCal-FL turns each unit of ε into more F1 than static DP-FL (ΔF1/Δε over the run; "
         "rows without a defined slope have no finite value)",
-        "ΔF1/Δε", "XCal-FL", "static DP-FL", "greater", _NEEDS_MAIN, "xcal_efficiency",
+        "ΔF1/Δε", "XCal-FL", "static DP-FL", "greater", _NEEDS_MAIN, ("xcal_efficiency",),
     ),
     Claim(
         "xcal-road-efficiency-above-static", "paper 001 §6",
         "XCal-FL turns each unit of ε into more ROAD than static DP-FL (ΔROAD/Δε, ROAD in %)",
-        "ΔROAD/Δε", "XCal-FL", "static DP-FL", "greater", _NEEDS_MAIN, "xcal_efficiency",
+        "ΔROAD/Δε", "XCal-FL", "static DP-FL", "greater", _NEEDS_MAIN, ("xcal_efficiency",),
     ),
     Claim(
         "xcal-chosen-road-above-presets", "paper 001 §7",
         f"The chosen weights ({CHOSEN}, α = β = γ = 1) give higher ROAD than each other "
         "(α, β, γ) preset",
         _ROAD, f"XCal-FL {CHOSEN}", "XCal-FL other preset (cell)", "greater",
-        _NEEDS_PRESETS.format(""), "xcal_ablation",
+        _NEEDS_PRESETS.format(""), ("xcal_ablation",),
     ),
     Claim(
         "xcal-chosen-f1-above-presets-strict", "paper 001 §7",
         f"Under strict privacy (ε < {STRICT_EPS:g}) the chosen weights ({CHOSEN}) give the "
         "highest melanoma (DermaMNIST) F1",
         "test macro-F1", f"XCal-FL {CHOSEN}", "XCal-FL other preset (cell)", "greater",
-        _NEEDS_PRESETS.format(f", DermaMNIST, ε < {STRICT_EPS:g}"), "xcal_ablation",
+        _NEEDS_PRESETS.format(f", DermaMNIST, ε < {STRICT_EPS:g}"), ("xcal_ablation",),
     ),
     Claim(
         "xcal-presets-f1-comparable-relaxed", "paper 001 §7",
         f"At ε ≥ {STRICT_EPS:g} every preset reaches a comparable F1 (within ±{EQUIVALENT_F1} "
         f"of the chosen {CHOSEN})",
         "test macro-F1", "XCal-FL other preset (cell)", f"XCal-FL {CHOSEN}", "equivalent",
-        _NEEDS_PRESETS.format(f", ε ≥ {STRICT_EPS:g}"), "xcal_ablation", margin=EQUIVALENT_F1,
+        _NEEDS_PRESETS.format(f", ε ≥ {STRICT_EPS:g}"), ("xcal_ablation",), margin=EQUIVALENT_F1,
     ),
     Claim(
         "xcal-signal-costs-time", "paper 001 §8, App. F",
         "The explanation signal (two extra forward passes) makes XCal-FL's local step slower "
         "than static DP-SGD's",
         _STEP, "XCal-FL", "static DP-FL", "greater", _NEEDS.format(CHOSEN) + " (IID)",
-        "xcal_runtime", measured=True,
+        ("xcal_runtime",), measured=True,
     ),
     Claim(
         "xcal-overhead-within-80pct", "paper 001 §8, App. F",
         "XCal-FL's overhead per local step over static DP-SGD is at most 80 %",
         _STEP, f"XCal-FL / {MAX_OVERHEAD:g}", "static DP-FL", "less",
-        _NEEDS.format(CHOSEN) + " (IID)", "xcal_runtime", measured=True,
+        _NEEDS.format(CHOSEN) + " (IID)", ("xcal_runtime",), measured=True,
     ),
 )  # fmt: skip
 
