@@ -33,13 +33,15 @@ from dpmed.config.checks import load_config_file
 
 # config/config.yaml (next to this file, whatever --directory says) unless the command line
 # names whole config files (--configfile), which then replace it instead of being merged into it.
-# Snakemake reads a --configfile before this file runs, and its message for a YAML syntax error
-# names neither file nor line (`snakemake --verbose` shows both; so does
-# `python -m dpmed.config.checks FILE`); the default file is read here first to name them.
+# Snakemake reads a --configfile before this file runs, keeps the last value of a key given twice,
+# and its message for a YAML syntax error names neither file nor line (`snakemake --verbose` shows
+# both; so does `python -m dpmed.config.checks FILE`): every config file is read here again with
+# dpmed's strict loader, which names file, line and key of both.
 # A workflow that uses dpmed as a module passes its own config (`config: config`) and Snakemake
 # then skips this configfile.
+for _path in workflow.config_settings.configfiles or [DPMED_ROOT / "config" / "config.yaml"]:
+    load_config_file(_path)
 if not workflow.config_settings.configfiles:
-    load_config_file(DPMED_ROOT / "config" / "config.yaml")
 
     configfile: DPMED_ROOT / "config" / "config.yaml"
 

@@ -7,7 +7,7 @@ from dpmed.benchmark_sampling import set_benchmark_interval
 from dpmed.config.checks import check_config
 from dpmed.config.wildcards import wildcard_patterns
 from dpmed.data.registry import ARRAY_FILES, datasets_writing, processed_files
-from dpmed.job_cost import request as cost_request
+from dpmed.job_cost import mem_cap_note, request as cost_request
 from dpmed.report.menu import menu_name, report_item
 from dpmed.report.outputs import EXTS_OF_KEYWORD, FIGURE_EXTS, TABLE_EXTS
 from dpmed.studies import STUDIES
@@ -36,8 +36,21 @@ wildcard_constraints:
 
 
 def job_mem_mb(rule):
-    """`mem_mb` of a job of `rule`: sized from its settings by dpmed.job_cost, ×1.5 per retry."""
-    return lambda wildcards, attempt: _request(rule, wildcards, attempt).mem_mb
+    """`mem_mb` of a job of `rule`: sized from its settings by dpmed.job_cost, ×1.5 per retry,
+    at most `resources.max_mem_mb` (said once per job and attempt when that cap binds)."""
+
+    def mem_mb(wildcards, attempt):
+        request = _request(rule, wildcards, attempt)
+        note = mem_cap_note(rule, wildcards, attempt, request)
+        if note and note not in _MEM_CAP_NOTES:
+            _MEM_CAP_NOTES.add(note)
+            print(f"dpmed note: {note}", file=sys.stderr)
+        return request.mem_mb
+
+    return mem_mb
+
+
+_MEM_CAP_NOTES = set()
 
 
 def job_runtime(rule):

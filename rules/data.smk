@@ -1,5 +1,15 @@
 """Data stage: synthetic raw data (public raw formats) → processed arrays → data overview."""
 
+from dpmed.data.manifest import manifest_path, refresh_manifest, write_manifest
+from dpmed.logs import log_to
+
+# Preprocessing reads each raw folder's manifest (dpmed.data.manifest): rewritten here, at every
+# DAG build, when a file of the folder changed, so an overwritten raw file reruns preprocessing
+# and everything downstream. Job processes that re-read the workflow leave it alone.
+if workflow.is_main_process:
+    for _dataset in DATASETS:
+        refresh_manifest(raw_folder(_dataset), manifest_path(_dataset))
+
 
 rule synthesize:
     output:
@@ -17,9 +27,23 @@ rule synthesize:
         "../workflow/scripts/synthesize.py"
 
 
+rule raw_manifest:
+    input:
+        raw=lambda wc: raw_folder(wc.dataset),
+    output:
+        manifest_path("{dataset}"),
+    log:
+        "logs/raw_manifest/{dataset}.log",
+    localrule: True
+    run:
+        with log_to(log[0]):
+            write_manifest(input.raw, output[0])
+
+
 rule preprocess:
     input:
         raw=lambda wc: raw_folder(wc.dataset),
+        manifest=manifest_path("{dataset}"),
     output:
         multiext("data/processed/{dataset}/", *ARRAY_FILES),
     wildcard_constraints:
@@ -40,6 +64,7 @@ rule preprocess:
 rule preprocess_fets:
     input:
         raw=lambda wc: raw_folder("fets"),
+        manifest=manifest_path("fets"),
     output:
         splits="data/processed/fets/splits.csv",
         meta="data/processed/fets/meta.json",

@@ -18,7 +18,7 @@ from dpmed.privacy.mechanisms import analytic_sigma
 
 def test_clip_factors_follow_algorithm_3():
     rows = np.array([[3.0, 4.0], [0.3, 0.4]])  # norms 5 and 0.5
-    factors, norms = agg.clip_factors(TensorGroup.of(list(rows)).gram(), 2.5)
+    factors, norms = agg.clip_factors(TensorGroup.of(list(rows)).sq_norms, 2.5)
     assert np.allclose(norms, [5.0, 0.5]) and np.allclose(factors, [0.5, 1.0])
 
 

@@ -88,6 +88,19 @@ def test_site_scales_and_gpu_settings_change_only_their_rule(fitted):
     assert job_cost.request("seg_attack", config, wc, hp) != scaled  # other rules untouched
 
 
+def test_retries_never_ask_for_more_memory_than_the_largest_node(fitted):
+    config, wc, hp = seg_job()
+    wanted = [job_cost.request("seg_train", config, wc, hp, n).mem_mb for n in (1, 2, 3)]
+    config["resources"]["max_mem_mb"] = cap = wanted[1] - 1  # binds from the first retry on
+    capped = [job_cost.request("seg_train", config, wc, hp, n) for n in (1, 2, 3)]
+    assert [r.mem_mb for r in capped] == [wanted[0], cap, cap]
+    assert [r.uncapped_mem_mb for r in capped] == [0, wanted[1], wanted[2]]
+    assert job_cost.mem_cap_note("seg_train", wc, 1, capped[0]) == ""
+    note = job_cost.mem_cap_note("seg_train", wc, 3, capped[2])
+    assert f"attempt 3: asks for {cap} MB" in note and f"instead of {wanted[2]} MB" in note
+    assert "model=unet" in note and "resources.max_mem_mb" in note
+
+
 def test_a_model_without_a_fitted_coefficient_is_priced_as_the_dearest(fitted):
     config, wc, hp = seg_job("lfunet")
     mem, time = job_cost.features("seg_train", config, wc, hp)

@@ -35,10 +35,13 @@ def test_gram_is_the_basis_gram_matrix(small_blocks, with_origin, n):
     basis = np.stack([b.ravel() for b in _basis(xs, origin)])
     group = rt.TensorGroup.of(xs, origin)
     assert np.allclose(group.gram(), basis @ basis.T, rtol=1e-12)
-    norms_only = group.gram(full=False)
-    assert np.isnan(norms_only[0, -1]) and (n < 3 or np.isnan(norms_only[1, 2]))
-    assert np.allclose(np.diag(norms_only)[:-1], np.diag(basis @ basis.T)[:-1])
-    assert np.allclose(norms_only[0, 1:-1], (basis @ basis.T)[0, 1:-1])
+    o = 0.0 if origin is None else origin
+    want = [np.sum((x - o) ** 2) for x in xs]
+    assert np.allclose(group.sq_norms, want, rtol=1e-12)
+    scale = rng.random(n)  # the Gram matrix of the clipped vectors c_i (x_i − o)
+    scaled = [c * (x - o) for c, x in zip(scale, xs, strict=True)]
+    basis = np.stack([b.ravel() for b in _basis(scaled, None)])
+    assert np.allclose(group.gram(scale), basis @ basis.T, rtol=1e-12)
 
 
 def test_many_collaborators_share_one_compiled_kernel(small_blocks):
@@ -67,9 +70,10 @@ def test_norms_distances_and_sums_from_the_gram_matrix(small_blocks):
     rng = np.random.default_rng(1)
     xs = [rng.standard_normal(50) for _ in range(3)]
     origin = rng.standard_normal(50)
-    gram = rt.RoundTensors({"t": rt.TensorGroup.of(xs, origin)}).gram()
+    round_tensors = rt.RoundTensors({"t": rt.TensorGroup.of(xs, origin)})
+    gram = round_tensors.gram()
     v = np.stack([x - origin for x in xs])
-    factors, norms = agg.clip_factors(gram, 5.0)
+    factors, norms = agg.clip_factors(round_tensors.sq_norms.sum(axis=1), 5.0)
     assert np.allclose(norms, np.linalg.norm(v, axis=1))
     assert np.allclose(factors, np.minimum(1.0, 5.0 / np.linalg.norm(v, axis=1)))
     y = factors[:, None] * v

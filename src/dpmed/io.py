@@ -7,6 +7,7 @@ killed mid-write never leaves a half file that a later run would mistake for a r
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import shutil
@@ -24,12 +25,39 @@ def _umask() -> int:
     return mask
 
 
+_SUFFIX = ".tmp"
+_RANDOM_CHARS = 8  # the length of the random part `tempfile` puts in a name
+
+
+def _prefix(path: Path) -> str:
+    return f".{path.name}."
+
+
+def remove_stale_temporaries(path: str | Path) -> list[Path]:
+    """Remove the temporary siblings (`.<name>.XXXXXXXX.tmp`, files or folders) that a writer of
+    `path` killed before its rename left behind, and return them.
+
+    Only call this where no other process writes `path` at the same time (a Snakemake job
+    rebuilding its own output): a live writer's temporary has the same name pattern. The
+    random part has a fixed length, so another output's temporaries never match (`.a.b.…` is
+    not `.a.`'s)."""
+    path = Path(path)
+    pattern = glob.escape(_prefix(path)) + "?" * _RANDOM_CHARS + glob.escape(_SUFFIX)
+    stale = sorted(path.parent.glob(pattern))
+    for tmp in stale:
+        if tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp)
+        else:
+            tmp.unlink(missing_ok=True)
+    return stale
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to `path`; rename it onto `path` if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_prefix(path), suffix=_SUFFIX, dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -45,7 +73,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     """Yield a temporary directory next to `path`; it replaces `path` if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=_prefix(path), suffix=_SUFFIX, dir=path.parent))
     try:
         yield tmp
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give normal permissions
@@ -74,6 +102,13 @@ def write_npz(path: str | Path, **arrays: np.ndarray) -> None:
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as fh:
             np.savez(fh, **arrays)
+
+
+def write_npy(path: str | Path, array: np.ndarray) -> None:
+    """Write one array as `.npy` atomically (memory-mappable, deterministic bytes)."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as fh:
+            np.save(fh, array)
 
 
 def write_csv(path: str | Path, frame: Any) -> None:

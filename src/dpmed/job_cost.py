@@ -22,8 +22,9 @@ its GPU memory (measured on CPU). The request adds a margin: `MEM_MARGIN` × the
 (at least `MEM_FLOOR_MB`) and `TIME_MARGIN` × the predicted time plus `TIME_FLOOR_MIN`. A GPU
 job divides its CPU-measured time by `resources.gpu_speedup` (an assumption, not a
 measurement: no GPU was at hand when the model was fitted), and no request exceeds
-`resources.max_runtime`. A retry asks for `MEM_GROWTH`^(attempt−1) more memory and
-`TIME_GROWTH`^(attempt−1) more time; a job cut off by its time limit resumes from its
+`resources.max_runtime` or `resources.max_mem_mb` (the largest node of the partition;
+`mem_cap_note` says when that cap binds). A retry asks for `MEM_GROWTH`^(attempt−1) more memory
+and `TIME_GROWTH`^(attempt−1) more time; a job cut off by its time limit resumes from its
 checkpoint. `resources.<rule>.mem_scale` / `runtime_scale` scale one rule for a site.
 
 To see what a grid asks for (the config files as `--configfile` gives them; default
@@ -68,11 +69,14 @@ FETS_CLASSES, FETS_CHANNELS, FETS_SUBJECTS, FETS_PARTITIONS = 4, 4, 1251, 33
 class Request:
     """A job's request: host memory in MB and runtime in minutes (Snakemake `mem_mb`,
     `runtime`); for a GPU job also `gpu_mb`, the compute part of its CPU-measured peak with
-    the same margin, an upper bound of the GPU memory it needs (0 for a CPU job)."""
+    the same margin, an upper bound of the GPU memory it needs (0 for a CPU job). When
+    `resources.max_mem_mb` caps `mem_mb`, `uncapped_mem_mb` is what the job would have asked
+    for (else 0)."""
 
     mem_mb: int
     runtime: int
     gpu_mb: int = 0
+    uncapped_mem_mb: int = 0
 
 
 @cache
@@ -272,10 +276,24 @@ def request(
     mem_mb = max(MEM_FLOOR_MB, MEM_MARGIN * mem) * float(scale.get("mem_scale", 1.0))
     minutes = (TIME_MARGIN * seconds / 60 + TIME_FLOOR_MIN) * float(scale.get("runtime_scale", 1.0))
     minutes *= TIME_GROWTH ** (attempt - 1)
+    wanted = math.ceil(mem_mb * MEM_GROWTH ** (attempt - 1))
+    cap = settings.get("max_mem_mb", wanted)
     return Request(
-        mem_mb=math.ceil(mem_mb * MEM_GROWTH ** (attempt - 1)),
+        mem_mb=min(wanted, cap),
         runtime=math.ceil(min(minutes, float(settings.get("max_runtime", math.inf)))),
         gpu_mb=gpu_mb,
+        uncapped_mem_mb=wanted if wanted > cap else 0,
+    )
+
+
+def mem_cap_note(rule: str, wildcards: Mapping[str, str], attempt: int, req: Request) -> str:
+    """What to say when `resources.max_mem_mb` caps a job's memory ('' when it does not)."""
+    if not req.uncapped_mem_mb:
+        return ""
+    job = ", ".join(f"{k}={v}" for k, v in wildcards.items())
+    return (
+        f"{rule} ({job}), attempt {attempt}: asks for {req.mem_mb} MB, the "
+        f"resources.max_mem_mb cap, instead of {req.uncapped_mem_mb} MB"
     )
 
 
@@ -304,7 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for (rule, req), n in ordered:
         gpu = str(req.gpu_mb) if req.gpu_mb else "-"
-        print(f"{rule:<11} {req.mem_mb:>7} {req.runtime:>7} min {gpu:>16}  {n}")
+        capped = f"  (max_mem_mb cap; wants {req.uncapped_mem_mb})" if req.uncapped_mem_mb else ""
+        print(f"{rule:<11} {req.mem_mb:>7} {req.runtime:>7} min {gpu:>16}  {n}{capped}")
     return 0
 
 

@@ -7,17 +7,20 @@ YAML syntax error in a --configfile, names neither the file nor the line unless 
 
     python -m dpmed.config.checks [FILE ...]    # merged as --configfile; default config/config.yaml
 
-It prints the job counts and notes, or the error (file:line:column for a YAML syntax error)
-and exits 1. Relative `raw:` folders are read from the current directory.
+It prints the job counts and notes, or the error (file:line:column for a YAML syntax error or
+a key given twice) and exits 1. Relative `raw:` folders are read from the current directory.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import sys
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Hashable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from dpmed.config.audit import audit_jobs
 from dpmed.config.grid import Grid
@@ -31,6 +34,9 @@ SPLITS = ("train", "val", "test")
 # The synthetic key counting what `split` divides, by data family (Duke and UMN are split by
 # subject, COVID CT by slice).
 SPLIT_UNITS = {"oct": "n_subjects", "covid_ct": "n_slices"}
+# The only numbers that may be infinite: the items of an ε list (`eps: [inf]`, a non-private
+# run; schema `$defs/eps`).
+INFINITE_ALLOWED = re.compile(r"\.eps\[\d+\]$")
 
 
 def check_config(config: MutableMapping[str, Any], schema: str | Path) -> Grid:
@@ -38,6 +44,7 @@ def check_config(config: MutableMapping[str, Any], schema: str | Path) -> Grid:
     return its expanded `Grid`."""
     from snakemake.utils import validate  # heavy import, only where a config is checked
 
+    _check_finite(config)  # the schema's bounds do not catch NaN (every comparison is false)
     validate(config, str(schema))
     sort_keys_in_place(config)
     grid = Grid(config)
@@ -62,6 +69,23 @@ def sort_keys_in_place(node: Any) -> None:
     elif isinstance(node, list):
         for value in node:
             sort_keys_in_place(value)
+
+
+def _check_finite(node: Any, key: str = "") -> None:
+    """Raise ConfigError naming the key and value of the first NaN below `node`, or of an
+    infinite number anywhere but in an ε list (`INFINITE_ALLOWED`)."""
+    if isinstance(node, Mapping):
+        for name, value in node.items():
+            _check_finite(value, f"{key}.{name}" if key else str(name))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            _check_finite(value, f"{key}[{index}]")
+    elif isinstance(node, float) and not math.isfinite(node):
+        eps = INFINITE_ALLOWED.search(key) is not None
+        if eps and node == math.inf:
+            return
+        wanted = "a positive number or inf (non-private)" if eps else "a finite number"
+        raise ConfigError(key, f"got {node}; the key takes {wanted}")
 
 
 def _check_dataset(data: Mapping[str, Any], dataset: str) -> None:
@@ -114,17 +138,44 @@ def _check_split(cfg: Mapping[str, Any], key: str, family: str) -> None:
             ) from None
 
 
-def load_config_file(path: str | Path) -> dict[str, Any]:
-    """A YAML (or JSON) config file as a mapping. A syntax error names the file, line and
-    column: Snakemake's own message names neither."""
-    import yaml
+class DuplicateKeyError(yaml.MarkedYAMLError):
+    """A key given twice in one YAML mapping (PyYAML would silently keep the last value)."""
 
+
+class StrictLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` that raises `DuplicateKeyError` on a key given twice in one mapping
+    (a `<<:` merge's keys may still be overridden)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, Hashable):
+                continue  # PyYAML's own error follows
+            if key in first:
+                raise DuplicateKeyError(
+                    problem=f"key '{key}' is given twice in one mapping (first at line "
+                    f"{first[key].line + 1}); YAML would silently keep the last value",
+                    problem_mark=key_node.start_mark,
+                )
+            first[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """A YAML (or JSON) config file as a mapping. A syntax error or a key given twice names
+    the file, line and column: Snakemake's own loader names neither and keeps the last value
+    of a repeated key."""
     try:
         with open(path, encoding="utf-8") as stream:
-            config = yaml.safe_load(stream)
+            config = yaml.load(stream, Loader=StrictLoader)  # noqa: S506 (a SafeLoader)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        if isinstance(err, DuplicateKeyError):
+            raise ValueError(f"{where}: {err.problem}") from None
         context = ""
         if err.context and err.context_mark:
             context = f" ({err.context} at line {err.context_mark.line + 1})"

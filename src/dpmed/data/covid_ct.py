@@ -248,12 +248,15 @@ def read_raw(raw_dir: Path) -> RawSlices:
 def preprocess(raw_dir: Path, out_dir: Path, dataset: str, cfg: dict) -> None:
     """Read the raw folder, resize to `cfg["size"]`, split slice-level by `cfg["split"]` /
     `cfg["split_seed"]`, and write `{train,val,test}.npz` + `meta.json` into `out_dir`."""
-    raw = read_raw(Path(raw_dir))
+    raw_dir = Path(raw_dir)
+    raw = read_raw(raw_dir)
     out_dir = Path(out_dir)
     size = (int(cfg["size"][0]), int(cfg["size"][1]))
+    medseg = raw.layout == "medseg"
     splits = split_subjects(
-        raw.ids, cfg["split"], seed=int(cfg["split_seed"]), key=f"data.{dataset}.split"
-    )
+        raw.ids, cfg["split"], seed=int(cfg["split_seed"]), key=f"data.{dataset}.split",
+        source=raw_dir / (IMAGE_FILE if medseg else "Imgs"), unit="slices" if medseg else "images",
+    )  # fmt: skip
     position = {slice_id: i for i, slice_id in enumerate(raw.ids)}
     counts: list[dict] = []
     for split in SPLITS:

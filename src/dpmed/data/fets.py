@@ -235,6 +235,8 @@ def preprocess(raw_dir: Path, out_dir: Path, dataset: str, cfg: dict) -> None:
             seed=stable_seed("fets-split", pid, cfg["split_seed"]),
             names=("train", "val"),
             key="data.fets.val_fraction",
+            source=raw_dir / cfg["partitioning"],
+            unit=f"subjects of partition {pid}",
         )
         for split, members in chosen.items():
             for sid in members:

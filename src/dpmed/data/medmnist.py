@@ -127,8 +127,9 @@ def load_npz(path: str | Path, dataset: str, size: int | None = None) -> dict[st
 
     Checks: file present and a readable npz archive (truncated/corrupt → DataFormatError),
     exactly the six official keys, images uint8 (N, H, W) for grayscale or (N, H, W, 3) for RGB
-    flags, square, the same H in every split (and H = `size` when given), labels integer with
-    shape (N, 1) or (N,), N equal to the images' N, values in [0, n_classes).
+    flags, N ≥ 1 in every split (xcal trains, audits and tests on all three), square, the same
+    H in every split (and H = `size` when given), labels integer with shape (N, 1) or (N,), N
+    equal to the images' N, values in [0, n_classes).
     Returns the six arrays: images as stored (uint8), labels as int64 (N,).
     """
     info = dataset_info(dataset)
@@ -176,6 +177,10 @@ def _check_images(
     if info.channels == 3 and (images.ndim != 4 or images.shape[-1] != 3):
         raise DataFormatError(
             path, f"{key} has shape {images.shape}; {info.flag} is RGB: expected (N, H, W, 3)"
+        )
+    if images.shape[0] == 0:
+        raise DataFormatError(
+            path, f"{key} holds no image: the xcal study trains, audits and tests on every split"
         )
     height, width = images.shape[1:3]
     if height != width:

@@ -292,9 +292,12 @@ def preprocess(raw_dir: Path, out_dir: Path, dataset: str, cfg: dict) -> None:
         image = np.clip(resize_image(sample.image, size) / np.float32(255.0), 0.0, 1.0)
         mask = resize_mask(sample.mask, size).astype(np.uint8)
         by_subject.setdefault(sample.subject, []).append((sample.bscan, image, mask))
+    raw_dir = Path(raw_dir)
     splits = split_subjects(
-        sorted(by_subject), cfg["split"], seed=cfg["split_seed"], key=f"data.{dataset}.split"
-    )
+        sorted(by_subject), cfg["split"], seed=cfg["split_seed"], key=f"data.{dataset}.split",
+        source=raw_dir if dataset == "duke" else raw_dir / UMN_FILE,
+        unit="subjects (Subject_*.mat files)" if dataset == "duke" else "subjects (cells)",
+    )  # fmt: skip
     out_dir = Path(out_dir)
     counts: list[dict] = []
     for split in SPLITS:
@@ -322,7 +325,7 @@ def preprocess(raw_dir: Path, out_dir: Path, dataset: str, cfg: dict) -> None:
             "classes": {str(k): v for k, v in classes.items()},
             "counts": counts,
             "splits": {split: list(splits.get(split, [])) for split in SPLITS},
-            "source_files": source_files(Path(raw_dir), dataset),
+            "source_files": source_files(raw_dir, dataset),
             "notes": _notes(dataset, grader, size),
             "size": list(size),
             "grader": grader,

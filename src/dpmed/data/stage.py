@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dpmed.data.registry import family_module, generator_module
-from dpmed.io import atomic_dir
+from dpmed.io import atomic_dir, remove_stale_temporaries
 from dpmed.seeding import stable_seed
 
 
@@ -17,6 +17,7 @@ def synthesize(dataset: str, cfg: Mapping[str, Any], raw_dir: str | Path) -> Non
     """Write synthetic data for `dataset` in its public raw format into `raw_dir`."""
     seed = stable_seed("synthetic", dataset, cfg["synthetic"].get("seed", 0))
     start = time.perf_counter()
+    _remove_stale(raw_dir)
     generator_module(dataset).generate(Path(raw_dir), dataset, dict(cfg), seed)
     print(
         f"[synthesize] {dataset}: wrote {raw_dir} in {time.perf_counter() - start:.1f} s "
@@ -33,11 +34,20 @@ def preprocess(
     The family writes into a temporary sibling folder that replaces `out_dir` only once it has
     finished, so a bad raw file found halfway leaves no partial processed files: `out_dir` stays
     as it was (absent, or the previous complete result); on success it holds only this run's files.
+    Temporary folders that a killed run left next to `out_dir` are removed first.
     """
     start = time.perf_counter()
+    _remove_stale(out_dir)
     with atomic_dir(out_dir) as tmp:
         family_module(dataset).preprocess(Path(raw_dir), tmp, dataset, dict(cfg))
     print(
         f"[preprocess] {dataset}: {raw_dir} -> {out_dir} in {time.perf_counter() - start:.1f} s",
         flush=True,
     )
+
+
+def _remove_stale(folder: str | Path) -> None:
+    """Remove the temporary folders a killed run writing `folder` left. Safe here: `folder` is
+    the output of the job calling this, and Snakemake runs one job per output at a time."""
+    for tmp in remove_stale_temporaries(folder):
+        print(f"[stage] removed {tmp}, left by a run that was killed", flush=True)

@@ -3,8 +3,11 @@ the registries of the fets aggregators and DP modes.
 
 Everything here is a pure function of the tensors and data-size weights the collaborators send
 (plus the caller's noise generator, `dpmed.fets.server.noise_generator`): no collaborator data
-can reach it. Each rule reads the round's tensors twice, through the block passes of
-`dpmed.fets.round_tensors` (a Gram matrix for norms and distances, then one combination).
+can reach it. Each rule reads the round's tensors through the block passes of
+`dpmed.fets.round_tensors` (float64 norms for clipping, a Gram matrix for distances where the
+rule weighs by similarity, then one combination). The server screens every collaborator's
+update before a rule sees it (`dpmed.fets.server.screen_round`); a rule handed an update whose
+norm is not finite raises (`clip_factors`) rather than pass it unclipped.
 
 An aggregator is one `register_aggregator` call per DP mode it supports, at the end of this
 module: its server rule, display label, report order and, for the private modes,
@@ -200,7 +203,8 @@ def aggregator_mode(name: str, dpmode: str) -> AggregatorMode:
 # --- similarity weights (SimAgg) -----------------------------------------------------------
 
 # SimAgg distance name → similarity scores s (n,) from the coefficient rows y (n, n + 1) of the
-# collaborators' (clipped) tensors in the basis of a Gram matrix `gram` (`round_tensors`).
+# collaborators' (clipped) tensors in the basis of a Gram matrix `gram` (`round_tensors`; the
+# rules take the Gram matrix of the clipped tensors, so y = `vectors(n)`).
 SIMAGG_DISTANCES: Registry[Callable[[np.ndarray, np.ndarray], np.ndarray]] = Registry(
     "SimAgg distance"
 )
@@ -228,11 +232,25 @@ def is_weight_or_bias(tensor_name: str) -> bool:
     return "weight" in tensor_name or "bias" in tensor_name
 
 
-def clip_factors(gram: np.ndarray, clip_norm: float) -> tuple[np.ndarray, np.ndarray]:
-    """Algorithm 3 / joint clipping as factors: c_i = C/‖v_i‖ where ‖v_i‖ > C, else 1, for the
-    vectors v_i of a basis Gram matrix (`round_tensors`). Returns (c, ‖v_i‖)."""
-    g00, g0i, gii = gram[0, 0], gram[0, 1:-1], np.diag(gram)[1:-1]  # v_i = b_0 + b_i
-    norms = np.sqrt(np.maximum(np.r_[g00, g00 + 2 * g0i + gii], 0.0))
+def check_clip_norm(clip_norm: float) -> None:
+    """Refuse a clip norm C that is not finite and > 0: C = 0 releases the global model plus
+    noise of σ = 0 and the sound modes' σ/Δf divides by zero."""
+    if not (math.isfinite(clip_norm) and clip_norm > 0):
+        raise ValueError(f"clip_norm must be finite and > 0, got {clip_norm!r}")
+
+
+def clip_factors(sq_norms: np.ndarray, clip_norm: float) -> tuple[np.ndarray, np.ndarray]:
+    """Algorithm 3 / joint clipping as factors: c_i = C/‖v_i‖ where ‖v_i‖ > C, else 1, from
+    the float64 squared norms ‖v_i‖² (`RoundTensors.sq_norms` summed over tensors). Raises on a
+    norm that is not finite: clipping it would leave NaN, never an update of norm ≤ C. Returns
+    (c, ‖v_i‖)."""
+    norms = np.sqrt(np.asarray(sq_norms, dtype=np.float64))
+    bad = np.flatnonzero(~np.isfinite(norms))
+    if bad.size:
+        raise ValueError(
+            f"update {int(bad[0])} has norm {norms[bad[0]]}: not clippable; the server screens "
+            "every update before aggregation (dpmed.fets.server.screen_round)"
+        )
     return np.where(norms > clip_norm, clip_norm / np.maximum(norms, 1e-300), 1.0), norms
 
 
@@ -259,8 +277,14 @@ def normals(rng: Any, size: int, dtype: np.dtype | type) -> np.ndarray | NormalD
     return rng.standard_normal(size, dtype=dtype)
 
 
-def _normalised(weights: Sequence[float]) -> np.ndarray:
+def normalised_weights(weights: Sequence[float]) -> np.ndarray:
+    """Data-size weights scaled to sum 1; raises, naming them, unless there is at least one,
+    all are finite and ≥ 0 and their sum is > 0 (a round without data has no average)."""
     w = np.asarray(weights, dtype=np.float64)
+    if w.size == 0:
+        raise ValueError("0 collaborators: a round needs at least one update to aggregate")
+    if not np.all(np.isfinite(w) & (w >= 0)) or not w.sum() > 0:
+        raise ValueError(f"data-size weights must be finite, >= 0 and sum to > 0, got {w.tolist()}")
     return w / w.sum()
 
 
@@ -277,7 +301,7 @@ def fedavg(
 ) -> np.ndarray:
     """FedAvg of one tensor, Σ W_i T_i / Σ W_i (FeTS challenge call shape)."""
     group = TensorGroup.of([t.tensor for t in local_tensors])
-    return group.combine(_normalised([t.weight for t in local_tensors]))
+    return group.combine(normalised_weights([t.weight for t in local_tensors]))
 
 
 def simagg(
@@ -295,7 +319,7 @@ def simagg(
     group = TensorGroup.of([t.tensor for t in local_tensors])
     weights = [t.weight for t in local_tensors]
     if not is_weight_or_bias(tensor_name):
-        return group.combine(_normalised(weights))
+        return group.combine(normalised_weights(weights))
     gram = group.gram()
     return group.combine(similarity_weights(vectors(group.n), gram, weights, distance))
 
@@ -320,19 +344,20 @@ def dp_simagg_paper_tensor(
     """
     from dpmed.privacy.mechanisms import classic_sigma  # scipy: imported on first use
 
+    check_clip_norm(clip_norm)
     group = TensorGroup.of(tensors)
     if is_weight_or_bias(tensor_name):
-        gram = group.gram()
-        a = vectors(group.n)
-        factors = np.ones(group.n) if group.shape == () else clip_factors(gram, clip_norm)[0]
-        y = factors[:, None] * a  # lines 7–9
+        scalar = group.shape == ()
+        factors = np.ones(group.n) if scalar else clip_factors(group.sq_norms, clip_norm)[0]
+        gram = group.gram(factors)  # of the clipped tensors, lines 7–9
+        y = vectors(group.n)
         alpha = similarity_weights(y, gram, weights, "l2")  # lines 10–17
         beta = alpha * factors  # line 18
         gap = y[0] - clip_norm * ones(group.n)  # T̃_0 − 1·C
         delta_f = float(alpha[0] * np.sqrt(squared_norms(gap, gram)[0]))  # lines 19–21
         branch = "weight"
     else:
-        beta = _normalised(weights)  # line 25
+        beta = normalised_weights(weights)  # line 25
         delta_f = float(clip_norm)  # line 26
         branch = "other"
     sigma = classic_sigma(delta_f, epsilon0, delta0)  # Algorithm 2 step 1
@@ -361,9 +386,10 @@ def dp_simagg_sound(
     Returns:
         (noisy new state by tensor name, α).
     """
-    gram = updates.gram()
-    factors, _ = clip_factors(gram, clip_norm)
-    alpha = similarity_weights(factors[:, None] * vectors(updates.n), gram, weights, distance)
+    check_clip_norm(clip_norm)
+    factors, _ = clip_factors(updates.sq_norms.sum(axis=1), clip_norm)
+    gram = updates.gram(factors)  # of the clipped updates
+    alpha = similarity_weights(vectors(updates.n), gram, weights, distance)
     noise = normals(rng, updates.size, updates.dtype)
     return updates.combine(alpha * factors, noise, sigma), alpha
 
@@ -374,7 +400,8 @@ def dp_fedavg(
     """DP-FedAvg of the round's updates (server-side fixed clipping, McMahan et al. 2018):
     o + mean of the updates clipped jointly to C + N(0, σ²I), σ = z·C/m; with replace-one
     adjacency Δf = 2C/m, so z = 2σ/Δf. Returns the noisy new state by tensor name."""
-    factors, _ = clip_factors(updates.gram(full=False), clip_norm)
+    check_clip_norm(clip_norm)
+    factors, _ = clip_factors(updates.sq_norms.sum(axis=1), clip_norm)
     noise = normals(rng, updates.size, updates.dtype)
     return updates.combine(factors / updates.n, noise, sigma)
 

@@ -25,6 +25,12 @@ tensors OpenFL passed. A site whose OpenFL stores rounds differently passes its 
   cannot see: the first call of a round aggregates the round once (`Server.aggregate`, Δf = 2C,
   one mechanism) and every tensor of the round is answered from that result.
 
+Both modes screen the round on its first call with the simulation's screen
+(`dpmed.fets.server.screen_round`): a degenerate round raises, and an update with a non-finite
+entry or a norm beyond `MAX_UPDATE_NORM` counts as a zero update, with a warning naming the
+collaborator and the tensor on the logger `dpmed.fets.server`; no tensor with a non-finite
+entry is returned (`check_model`).
+
 By default the noise of every release comes from fresh OS entropy (`secure_generator` in
 `dpmed.privacy.mechanisms`), so nobody can regenerate and subtract it. Pass `seed` only to
 reproduce a run (tests, simulations): anyone who knows the seed can remove the noise.
@@ -48,7 +54,14 @@ import pandas as pd
 from dpmed.fets import aggregation as agg
 from dpmed.fets.aggregation import AGGREGATORS, DP_MODES
 from dpmed.fets.privacy import round_columns
-from dpmed.fets.server import RoundMechanisms, Server, ServerConfig, noise_generator
+from dpmed.fets.server import (
+    RoundMechanisms,
+    Server,
+    ServerConfig,
+    check_model,
+    noise_generator,
+    screen_round,
+)
 from dpmed.privacy.mechanisms import noise_source
 
 logger = logging.getLogger(__name__)
@@ -212,24 +225,29 @@ class DPSimAggFunction(ABC):
 
 
 class _Paper(DPSimAggFunction):
-    """Algorithm 1 per tensor; the round's record counts every tensor released so far."""
+    """Algorithm 1 per tensor on the screened round; the round's record counts every tensor
+    released so far."""
 
     def start_round(self, fl_round: int) -> None:
+        triples = [(c, self.local[c], w) for c, w in self.weights.items()]
+        self.screened = screen_round(self.global_state, triples, fl_round)
         self.infos: list[agg.MechanismInfo] = []
 
     def release(self, local_tensors: Sequence[Any], tensor_name: str, fl_round: int) -> np.ndarray:
         cfg = self.cfg
+        states = {c: state for c, state, _ in self.screened.local}
         out, info = agg.dp_simagg_paper_tensor(
-            [np.asarray(t.tensor) for t in local_tensors],
+            [np.asarray(states[t.col_name][tensor_name]) for t in local_tensors],
             [float(t.weight) for t in local_tensors],
             tensor_name, cfg.clip_norm, cfg.epsilon0, cfg.delta0,
             noise_generator(cfg.seed, fl_round, tensor_name),
         )  # fmt: skip
+        check_model({tensor_name: out}, f"round {fl_round}: the aggregate")
         self.infos.append(info)
         sigmas = [i.sigma for i in self.infos]
         self._record(fl_round, RoundMechanisms(
             len(self.infos), max(i.delta_f for i in self.infos), max(sigmas), min(sigmas),
-            min(i.noise_multiplier for i in self.infos),
+            min(i.noise_multiplier for i in self.infos), rejected=self.screened.rejected,
         ))  # fmt: skip
         return out
 

@@ -14,7 +14,9 @@ from the aggregator's registry entry (`dpmed.fets.aggregation.AGGREGATORS`). The
 covers what the server releases, the global model after every round (`COVERS`); the
 collaborators' validation scores, the schedule, the timings and, in paper mode, the empirical
 Δf are written beside it without noise (`not_covered`). `extra.noise_source` says whether the
-noise was seeded (the simulation) or drawn from OS entropy.
+noise was seeded (the simulation) or drawn from OS entropy. Updates the server's screen
+rejected (`dpmed.fets.server.screen_round`) are counted per round (`rejected`) and over the run
+(`extra.rejected_updates`); the guarantee holds with them as zero updates.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ NOT_COVERED = (
     "as public",
     "resources.json: measured wall-clock time, memory and energy, a side channel the "
     "guarantee does not model",
+    "rounds.csv rejected, privacy.json extra.rejected_updates and the server's warnings: which "
+    "collaborators' updates the screen rejected (a non-finite entry or a norm beyond its limit), "
+    "read from their uploads without noise",
 )
 # Paper mode releases its data-dependent sensitivity estimate as it is.
 PAPER_NOT_COVERED = (
@@ -53,12 +58,14 @@ COLUMNS = (
     "mechanisms", "delta_f", "sigma", "sigma_min", "noise_multiplier", "eps_round",
     "eps_basic_cum", "eps_rdp_cum", "eps_basic_cum_all", "eps_rdp_cum_all",
 )  # fmt: skip
+# rounds.csv's privacy columns: COLUMNS (the report's privacy table) and the rejected updates.
+ROUND_COLUMNS = (*COLUMNS, "rejected")
 
 
 def round_columns(cfg: ServerConfig, fl_round: int, mech: RoundMechanisms | None) -> dict:
     """The privacy columns of rounds.csv after round `fl_round` (empty for non-private runs)."""
     if mech is None:
-        return {c: math.nan for c in COLUMNS}
+        return {c: math.nan for c in ROUND_COLUMNS}
     eps0, delta_r = float(cfg.epsilon0), fl_round * cfg.delta0
     z, k = mech.noise_multiplier, mech.mechanisms
     return {
@@ -72,10 +79,13 @@ def round_columns(cfg: ServerConfig, fl_round: int, mech: RoundMechanisms | None
         "eps_rdp_cum": rdp_epsilon(z, fl_round, delta_r),
         "eps_basic_cum_all": fl_round * k * eps0,
         "eps_rdp_cum_all": rdp_epsilon(z, fl_round * k, delta_r),
+        "rejected": len(mech.rejected),
     }
 
 
-def privacy_record(cfg: ServerConfig, rounds: int, last: Mapping[str, Any]) -> PrivacyRecord:
+def privacy_record(
+    cfg: ServerConfig, rounds: int, last: Mapping[str, Any], rejected: int = 0
+) -> PrivacyRecord:
     """privacy.json of the run.
 
     Args:
@@ -83,6 +93,8 @@ def privacy_record(cfg: ServerConfig, rounds: int, last: Mapping[str, Any]) -> P
         rounds: the number of rounds T.
         last: the last round's row of rounds.csv (its privacy columns; unused when
             non-private).
+        rejected: updates the server's screen rejected over the run (counted as zero
+            updates).
     """
     mode, entry = DP_MODES[cfg.dpmode], cfg.mode
     if not mode.private:
@@ -97,6 +109,7 @@ def privacy_record(cfg: ServerConfig, rounds: int, last: Mapping[str, Any]) -> P
         "delta_f": last["delta_f"],
         "sigma": last["sigma"],
         "noise_source": noise_source(cfg.seed),
+        "rejected_updates": rejected,
     }
     if entry.utility_notes:
         extra["utility_notes"] = list(entry.utility_notes)

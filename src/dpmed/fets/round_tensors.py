@@ -1,21 +1,28 @@
-"""One round's local tensors and the two passes every fets aggregator is built from.
+"""One round's local tensors and the passes every fets aggregator is built from.
 
 An aggregator needs, about the n local tensors x_i of a round (or their updates v_i = x_i − o
-against the global tensor o), only inner products — norms for clipping, distances of the
+against the global tensor o), only norms for clipping and inner products — distances of the
 (clipped) tensors to their mean for SimAgg, element sums for the FeTS 2021 distance, Algorithm
 1's Δf — and then one weighted combination o + Σ β_i v_i (+ σ·z). So a round reads the local
-tensors twice, whatever the rule:
+tensors at most three times, whatever the rule:
 
-1. `gram`: the float64 Gram matrix G of the basis b_0 = x_0 − o, b_i = x_i − x_0, b_n = 1.
-   Every vector a rule looks at is a combination Σ_k a_k b_k, and its squared norm is aᵀGa
-   (`squared_norms`).
-2. `combine`: o + Σ β_i v_i + σ·z.
+1. `sq_norms`: the float64 squared norms ‖v_i‖² of each tensor, summed directly, so a NaN or
+   infinite entry or an overflowing norm shows (the server screens them,
+   `dpmed.fets.server.screen_round`) and a clipping norm never comes from a difference of large
+   Gram entries.
+2. `gram`: the float64 Gram matrix G of the basis b_0 = c_0 v_0, b_i = c_i v_i − c_0 v_0,
+   b_n = 1 of the clipped vectors c_i v_i (c_i the clip factors, 1 when not clipping). Every
+   vector a rule looks at is a combination Σ_k a_k b_k, and its squared norm is aᵀGa
+   (`squared_norms`). Only the rules that weigh by similarity or estimate Δf need it; taken
+   after clipping, its entries stay of the order of C² however large an update, so neither
+   overflow nor cancellation against a huge update spoils the other collaborators' distances.
+3. `combine`: o + Σ β_i v_i + σ·z.
 
 Both walk the model (its tensors in key order, as one flat index space) in blocks of `BLOCK`
 columns, run by the block threads (`dpmed.parallel`); inside a block, the compiled kernels of
 `dpmed.fets.block_kernels` read each column of the n local tensors once. No (n, d) copy and
-no float64 copy of the model is made: block Gram entries are summed in float64, in block
-order, so the result does not depend on the number of threads. A noise draw from
+no float64 copy of the model is made: block norms and Gram entries are computed and summed in
+float64, in block order, so the result does not depend on the number of threads. A noise draw from
 `dpmed.privacy.normals.NormalSource.draw` is filled block by block into a per-thread buffer
 and added there (the blocks then follow the draw's own blocks), so the d noise values are never
 stored.
@@ -56,6 +63,8 @@ class TensorGroup:
     def of(cls, arrays: Sequence[np.ndarray], origin: np.ndarray | None = None) -> TensorGroup:
         """Group `arrays` (one per collaborator, same shape) with `origin` (or None)."""
         arrays = [np.asarray(a) for a in arrays]
+        if not arrays:
+            raise ValueError("0 local tensors: a round needs at least one collaborator")
         shape = arrays[0].shape
         for a in arrays:
             if a.shape != shape:
@@ -95,13 +104,17 @@ class TensorGroup:
         origin = np.empty(0, self.arrays[0].dtype) if self.origin is None else self.origin
         return kernel_arrays(self.arrays), origin, self.origin is not None
 
-    def gram(self, full: bool = True) -> np.ndarray:
-        """(n + 1, n + 1) float64 Gram matrix of the basis b_0 = x_0 − o, b_i = x_i − x_0
-        (1 ≤ i < n), b_n = 1. Keeping the differences between collaborators as basis vectors
-        means distances between nearly equal weight tensors are not lost to cancellation
-        against their norms. `full=False` computes only what the norms of the v_i need
-        (G_00, G_0i, G_ii; the other entries are NaN)."""
-        return RoundTensors({"": self}).gram(full)
+    @cached_property
+    def sq_norms(self) -> np.ndarray:
+        """(n,) float64 squared norms ‖x_i − o‖² (`RoundTensors.sq_norms`)."""
+        return RoundTensors({"": self}).sq_norms[:, 0]
+
+    def gram(self, scale: Sequence[float] | None = None) -> np.ndarray:
+        """(n + 1, n + 1) float64 Gram matrix of the basis b_0 = c_0 v_0, b_i = c_i v_i − c_0 v_0
+        (1 ≤ i < n), b_n = 1, v_i = x_i − o, c = `scale` (None: all 1). Keeping the
+        differences between collaborators as basis vectors means distances between nearly
+        equal weight tensors are not lost to cancellation against their norms."""
+        return RoundTensors({"": self}).gram(scale)
 
     def combine(
         self, beta: Sequence[float], noise: Noise | None = None, sigma: float = 0.0
@@ -121,7 +134,7 @@ class _Piece:
 
 
 def vectors(n: int) -> np.ndarray:
-    """(n, n + 1) coefficients of v_i = x_i − o in the basis of `gram`."""
+    """(n, n + 1) coefficients of the scaled vectors c_i v_i in the basis of `gram`."""
     a = np.zeros((n, n + 1))
     a[:, 0] = 1.0
     a[np.arange(1, n), np.arange(1, n)] = 1.0
@@ -204,25 +217,41 @@ class RoundTensors:
         if pieces:
             yield pieces
 
-    def gram(self, full: bool = True) -> np.ndarray:
+    @cached_property
+    def sq_norms(self) -> np.ndarray:
+        """(n, tensors) float64 squared norms ‖x_i − o‖² of each collaborator's tensors, in
+        key order, summed directly (not from the Gram matrix): NaN where a tensor has a NaN
+        entry, infinite where it has an infinite one or its norm passes float64's range.
+        Computed once per round: the screen and the clipping rules share it."""
+        from dpmed.fets.block_kernels import norm_columns  # compiled or loaded on first use
+
+        column = {name: k for k, name in enumerate(self.groups)}
+
+        def block_norms(pieces: list[_Piece]) -> np.ndarray:
+            out = np.zeros((len(column), self.n))
+            for p in pieces:
+                norm_columns(*self.groups[p.name].kernel_args, p.start, p.stop, out[column[p.name]])
+            return out
+
+        blocks = parallel.map_blocks(block_norms, list(self._blocks(BLOCK)))
+        return sum(blocks, np.zeros((len(column), self.n))).T
+
+    def gram(self, scale: Sequence[float] | None = None) -> np.ndarray:
         """The basis Gram matrix of the whole model (`TensorGroup.gram` summed over tensors)."""
         from dpmed.fets.block_kernels import gram_columns  # compiled or loaded on first use
 
         n = self.n
+        c = np.ones(n) if scale is None else np.asarray(scale, dtype=np.float64)
 
         def block_gram(pieces: list[_Piece]) -> np.ndarray:
             out = np.zeros((n + 1, n + 1))
             for p in pieces:
-                gram_columns(*self.groups[p.name].kernel_args, full, p.start, p.stop, out)
+                arrays, origin, has_origin = self.groups[p.name].kernel_args
+                gram_columns(arrays, origin, has_origin, c, p.start, p.stop, out)
             return out
 
         total = sum(parallel.map_blocks(block_gram, list(self._blocks(BLOCK))))
         total[n, n] = self.size
-        if not full:
-            keep = np.zeros_like(total, dtype=bool)
-            keep[0, :n] = True
-            keep[np.arange(n), np.arange(n)] = True
-            total[~(keep | keep.T)] = np.nan
         symmetric = total + total.T  # the kernels fill the upper triangle
         np.fill_diagonal(symmetric, np.diag(total))
         return symmetric

@@ -285,7 +285,8 @@ def write_outputs(
     write_csv(out_dir / "selection.csv", chosen)
     last = rows[-1]
     rounds = int(job.params["rounds"])
-    priv = privacy.privacy_record(cfg, rounds, last)
+    rejected = int(np.nansum([row.get("rejected", 0) for row in rows]))  # older checkpoints: none
+    priv = privacy.privacy_record(cfg, rounds, last, rejected)
     priv.write(out_dir / "privacy.json", "fets")
     write_json(out_dir / "resources.json", run_state.meter.report(float(last["sim_time_s"])))
     metrics = {

@@ -4,7 +4,15 @@ applied.
 
 `Server.aggregate` receives only (collaborator name, state dict of numpy tensors, data-size
 weight) triples and the current global state; data-size weights are normalised to sum 1 over
-the round. With a seed (the simulation passes its job seed) noise is drawn from
+the round. Before any rule sees the round, `screen_round` checks it, in the one place the
+simulation and the OpenFL adapter share: a round without collaborators, with weights that are
+not finite, ≥ 0 and of positive sum, or a global model with a non-finite entry raises; a
+collaborator whose update has a non-finite entry or a norm beyond `MAX_UPDATE_NORM` is
+rejected, logged with the tensor at fault, and counts as a zero update (it contributes the
+global model unchanged, keeps its weight and its place in the count m; docs/privacy.md, "One
+bad collaborator"). An aggregate with a non-finite entry is never returned (`check_model`).
+
+With a seed (the simulation passes its job seed) noise is drawn from
 `stable_seed("fets-noise", seed, round)`, so a resumed run draws the same noise as an
 uninterrupted one; without one (a deployment) every round's noise comes from fresh OS entropy
 (`dpmed.privacy.mechanisms.secure_generator`), so nobody can regenerate and subtract it.
@@ -12,6 +20,8 @@ uninterrupted one; without one (a deployment) every round's noise comes from fre
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -19,7 +29,7 @@ import numpy as np
 
 from dpmed.fets import aggregation as agg
 from dpmed.fets.aggregation import DP_MODES, AggregatorMode, aggregator_mode
-from dpmed.fets.round_tensors import RoundTensors
+from dpmed.fets.round_tensors import RoundTensors, TensorGroup
 from dpmed.privacy import mechanisms
 from dpmed.privacy.normals import NormalSource
 from dpmed.seeding import stable_seed
@@ -54,6 +64,8 @@ class ServerConfig:
         aggregator_mode(self.aggregator, self.dpmode)  # both registered, the pair supported
         if (self.epsilon0 is None) == DP_MODES[self.dpmode].private:
             raise ValueError("a finite epsilon0 goes with the DP aggregators only")
+        if DP_MODES[self.dpmode].private:
+            agg.check_clip_norm(self.clip_norm)
 
     @property
     def mode(self) -> AggregatorMode:
@@ -62,8 +74,19 @@ class ServerConfig:
 
 
 @dataclass(frozen=True)
+class Rejection:
+    """A collaborator update the server refused, and why: the first tensor with a non-finite
+    entry, else the tensor of largest norm of an update beyond `MAX_UPDATE_NORM`."""
+
+    collaborator: str
+    tensor: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class RoundMechanisms:
-    """The Gaussian mechanisms of one round: count, largest Δf and σ, smallest σ, σ/Δf."""
+    """The Gaussian mechanisms of one round: count, largest Δf and σ, smallest σ, σ/Δf, and
+    the updates rejected by the screen (counted as zero updates)."""
 
     mechanisms: int
     delta_f: float
@@ -71,9 +94,88 @@ class RoundMechanisms:
     sigma_min: float
     noise_multiplier: float
     alpha: tuple[float, ...] = ()
+    rejected: tuple[Rejection, ...] = ()
 
 
 Local = tuple[str, Mapping[str, np.ndarray], float]
+logger = logging.getLogger(__name__)
+
+# The largest L2 norm of a collaborator's whole-model update (and of a global model) the server
+# aggregates: far beyond any trained network's, and small enough that no float64 norm, Gram
+# entry or weighted sum of a screened round can overflow (entries of the Gram matrix of
+# updates within it stay below 1e201). A norm whose square overflows float64 is beyond it too.
+MAX_UPDATE_NORM = 1e100
+
+
+def _fault(
+    sq_norms: np.ndarray, state: Mapping[str, np.ndarray], names: Sequence[str]
+) -> tuple[str, str] | None:
+    """(tensor, reason) when the vector with per-tensor squared norms `sq_norms` (over `names`,
+    float64, NaN or infinite when an entry is) has a non-finite entry or a norm beyond
+    `MAX_UPDATE_NORM`; None when it passes. `state` holds its tensors, to name the culprit."""
+    total = float(np.sum(sq_norms))
+    if math.isfinite(total) and math.sqrt(total) <= MAX_UPDATE_NORM:
+        return None
+    for name in names:
+        if not np.all(np.isfinite(state[name])):
+            return name, "non-finite entries"
+    worst = names[int(np.argmax(sq_norms))]
+    return worst, f"norm {math.sqrt(total):.3g} beyond the limit {MAX_UPDATE_NORM:.0e}"
+
+
+def check_model(state: Mapping[str, np.ndarray], what: str) -> None:
+    """Raise, naming the tensor, when a global model (received or about to be released) has a
+    non-finite entry or a norm beyond `MAX_UPDATE_NORM`: it is never aggregated or released."""
+    model = RoundTensors({name: TensorGroup.of([value]) for name, value in state.items()})
+    found = _fault(model.sq_norms[0], state, list(state))
+    if found is not None:
+        raise ValueError(f"{what}: tensor {found[0]!r} has {found[1]}; refused")
+
+
+@dataclass(frozen=True)
+class ScreenedRound:
+    """A round after `screen_round`.
+
+    Args:
+        local: the (name, state, weight) triples, weights normalised to sum 1, a rejected
+            collaborator's state replaced by the global model (a zero update).
+        updates: the updates of `local` against the global model.
+        rejected: the rejected updates, in collaborator order.
+    """
+
+    local: list[Local]
+    updates: RoundTensors
+    rejected: tuple[Rejection, ...]
+
+
+def screen_round(
+    global_state: Mapping[str, np.ndarray], local: Sequence[Local], fl_round: int
+) -> ScreenedRound:
+    """Check one round before any rule uses it (the simulation's server and the OpenFL
+    adapter both call this). Raises on 0 collaborators, on weights that are not finite, ≥ 0
+    and of positive sum, and on a global model that fails `check_model`. Rejects, with a
+    warning naming the collaborator and the tensor, each update u_i = w_i − w_global with a
+    non-finite entry or ‖u_i‖ > `MAX_UPDATE_NORM` (float64 norms, `RoundTensors.sq_norms`):
+    it is replaced by the zero update and keeps its weight and its place in the count."""
+    weights = agg.normalised_weights([w for _, _, w in local])
+    check_model(global_state, f"round {fl_round}: the global model")
+    updates = RoundTensors.updates(global_state, [state for _, state, _ in local])
+    names = list(global_state)
+    screened: list[Local] = []
+    rejected: list[Rejection] = []
+    for (name, state, _), weight, sq in zip(local, weights, updates.sq_norms, strict=True):
+        found = _fault(sq, state, names)
+        if found is not None:
+            rejected.append(Rejection(name, *found))
+            logger.warning(
+                "round %d: rejected the update of collaborator %r (tensor %r: %s); it counts "
+                "as a zero update (the global model unchanged)", fl_round, name, *found,
+            )  # fmt: skip
+            state = global_state
+        screened.append((name, state, float(weight)))
+    if rejected:
+        updates = RoundTensors.updates(global_state, [state for _, state, _ in screened])
+    return ScreenedRound(screened, updates, tuple(rejected))
 
 
 def noise_generator(seed: int | None, *stream: object) -> NormalSource:
@@ -105,34 +207,28 @@ class Server:
     def aggregate(
         self, global_state: Mapping[str, np.ndarray], local: Sequence[Local], fl_round: int
     ) -> tuple[dict[str, np.ndarray], RoundMechanisms | None]:
-        """The next global state from the round's local states, and the round's mechanisms
-        (None when no noise was added)."""
-        cfg = self.cfg
-        total = sum(w for _, _, w in local)
-        weights = [w / total for _, _, w in local]
+        """The next global state from the round's local states (screened first,
+        `screen_round`), and the round's mechanisms (None when no noise was added). Raises
+        instead of returning an aggregate with a non-finite entry."""
+        screened = screen_round(global_state, local, fl_round)
         rng = self.generator(fl_round)
-        if DP_MODES[cfg.dpmode].per_tensor:
-            return self._per_tensor(global_state, local, weights, rng)
-        return self._whole_model(global_state, local, weights, rng)
+        if DP_MODES[self.cfg.dpmode].per_tensor:
+            out, mech = self._per_tensor(global_state, screened, rng)
+        else:
+            out, mech = self._whole_model(screened, rng)
+        check_model(out, f"round {fl_round}: the aggregate")
+        return out, mech
 
     def _per_tensor(
-        self,
-        global_state: Mapping[str, np.ndarray],
-        local: Sequence[Local],
-        weights: Sequence[float],
-        rng: NormalSource,
+        self, global_state: Mapping[str, np.ndarray], screened: ScreenedRound, rng: NormalSource
     ) -> tuple[dict[str, np.ndarray], RoundMechanisms | None]:
         """The rule once per tensor; private modes: one mechanism each."""
         cfg, rule = self.cfg, self.cfg.mode.rule
         private = DP_MODES[cfg.dpmode].private
-        names = [name for name, _, _ in local]
         out: dict[str, np.ndarray] = {}
         infos: list[agg.MechanismInfo] = []
         for tensor_name in global_state:
-            tensors = [state[tensor_name] for _, state, _ in local]
-            local_tensors = [
-                agg.LocalTensor(n, t, w) for n, t, w in zip(names, tensors, weights, strict=True)
-            ]
+            local_tensors = [agg.LocalTensor(n, s[tensor_name], w) for n, s, w in screened.local]
             if private:
                 out[tensor_name], info = rule(local_tensors, tensor_name, cfg, rng)
                 infos.append(info)
@@ -147,20 +243,24 @@ class Server:
             max(sigmas),
             min(sigmas),
             min(i.noise_multiplier for i in infos),
+            rejected=screened.rejected,
         )
 
     def _whole_model(
-        self,
-        global_state: Mapping[str, np.ndarray],
-        local: Sequence[Local],
-        weights: Sequence[float],
-        rng: NormalSource,
+        self, screened: ScreenedRound, rng: NormalSource
     ) -> tuple[dict[str, np.ndarray], RoundMechanisms]:
-        """The rule once on the whole model's updates; one mechanism per round."""
+        """The rule once on the whole model's updates; one mechanism per round, calibrated for
+        the count m of all chosen collaborators (rejected ones included)."""
         cfg = self.cfg
-        updates = RoundTensors.updates(global_state, [state for _, state, _ in local])
-        sigma, delta_f = self.sound_sigma(len(local))
-        new, alpha = cfg.mode.rule(updates, weights, cfg, sigma, rng)
+        weights = [w for _, _, w in screened.local]
+        sigma, delta_f = self.sound_sigma(len(weights))
+        new, alpha = cfg.mode.rule(screened.updates, weights, cfg, sigma, rng)
         return new, RoundMechanisms(
-            1, delta_f, sigma, sigma, sigma / delta_f, tuple(float(a) for a in alpha)
+            1,
+            delta_f,
+            sigma,
+            sigma,
+            sigma / delta_f,
+            tuple(float(a) for a in alpha),
+            screened.rejected,
         )

@@ -4,14 +4,18 @@ shared modules).
 
 Entries name their class as `module:attribute` and are imported on first use, so reading the
 registry (config schema, wildcard patterns, rule files) does not import torch.
+
+`LIMITS` bounds, per model kind, every argument a saved `model.pt` may declare and the
+parameter count it may build: `load_model` checks both before allocating anything.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +56,59 @@ MODELS.add(
     "efficientnet_b0",
     ModelEntry("dpmed.models.efficientnet:EfficientNetB0", "classifier", "EfficientNet-B0"),
 )
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The values one saved model argument may take: one of `choices` when given, else a number
+    in [low, high] (an int when `integer`; never a bool)."""
+
+    low: float = 0
+    high: float = 0
+    integer: bool = True
+    choices: tuple[Any, ...] = ()
+
+    def problem(self, value: Any) -> str | None:
+        """Why `value` is not allowed (None when it is)."""
+        if self.choices:
+            allowed = {(type(c), c) for c in self.choices}
+            return None if (type(value), value) in allowed else f"must be one of {self.choices}"
+        kinds = (int,) if self.integer else (int, float)
+        wanted = "an integer" if self.integer else "a number"
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            return f"must be {wanted}, got {type(value).__name__}"
+        if not (math.isfinite(value) and self.low <= value <= self.high):
+            return f"must be {wanted} in [{self.low:g}, {self.high:g}]"
+        return None
+
+
+@dataclass(frozen=True)
+class KindLimits:
+    """What a `model.pt` of one model kind may declare: its arguments (an argument not listed
+    here is refused) and the number of parameters the declared network may have."""
+
+    arguments: dict[str, Limit] = field(default_factory=dict)
+    max_parameters: int = 0
+
+
+NORMS_3D = ("group", "instance")
+LIMITS: dict[str, KindLimits] = {
+    "seg2d": KindLimits(
+        {"in_channels": Limit(1, 16), "n_classes": Limit(1, 64), "width": Limit(1, 256),
+         "depth": Limit(1, 8), "deep_supervision": Limit(choices=(True, False))},
+        max_parameters=100_000_000,
+    ),
+    "seg3d": KindLimits(
+        {"in_channels": Limit(1, 16), "n_classes": Limit(1, 64), "base_filters": Limit(1, 128),
+         "depth": Limit(1, 6), "norm": Limit(choices=NORMS_3D)},
+        max_parameters=100_000_000,
+    ),
+    "classifier": KindLimits(
+        {"in_channels": Limit(1, 4), "n_classes": Limit(1, 1000), "image_size": Limit(28, 224),
+         "width_scale": Limit(1e-3, 1.0, integer=False)},
+        max_parameters=50_000_000,
+    ),
+}  # fmt: skip
 
 
 def models_of_kind(kind: str) -> tuple[str, ...]:
@@ -97,16 +154,56 @@ def save_model(path: str | Path, name: str, arguments: Mapping[str, Any], net: n
 
 def load_model(path: str | Path, device: Any = "cpu") -> nn.Module:
     """The network saved by `save_model`, on `device` and in eval mode. Loaded without running
-    pickled code: anything but plain tensors and data is a `DataFormatError`."""
+    pickled code: anything but plain tensors and data is a `DataFormatError`, and so is a
+    model name, argument or parameter count outside `LIMITS` (checked before allocating)."""
     from dpmed.checkpoint import CheckpointRefused, load_state
 
     try:
         saved = load_state(path)
     except CheckpointRefused as refused:
         raise DataFormatError(path, f"not a dpmed model file: {refused}") from refused
-    net = build_model(saved["model"], **saved["arguments"])
+    name, arguments = saved.get("model"), saved.get("arguments")
+    if not isinstance(name, str) or not isinstance(arguments, dict):
+        raise DataFormatError(path, "not a dpmed model file: no 'model' name and 'arguments'")
+    check_arguments(path, name, arguments)
+    net = build_model(name, **arguments)
     try:
-        net.load_state_dict(saved["state_dict"])
-    except RuntimeError as err:
-        raise ValueError(f"{path}: weights do not fit the saved architecture: {err}") from err
+        net.load_state_dict(saved.get("state_dict"))
+    except (RuntimeError, TypeError, AttributeError) as err:
+        raise DataFormatError(path, f"weights do not fit the saved architecture: {err}") from err
     return net.to(device).eval()
+
+
+def check_arguments(path: str | Path, name: str, arguments: Mapping[str, Any]) -> None:
+    """Refuse, naming `path`, a model `name` that is not registered and `arguments` its
+    constructor does not declare, outside its kind's `LIMITS`, that do not build, or that
+    build more parameters than the limit (counted on the meta device: nothing is allocated)."""
+    import torch
+
+    if name not in MODELS:
+        raise DataFormatError(path, f"unknown model '{name}' (known: {', '.join(MODELS)})")
+    kind = MODELS[name].kind
+    limits = LIMITS[kind]
+    declared = model_parameters(name)
+    for key, value in arguments.items():
+        if key not in declared:
+            raise DataFormatError(path, f"model '{name}' takes no argument '{key}'")
+        if key not in limits.arguments:
+            raise DataFormatError(path, f"argument '{key}' of model '{name}' is not loadable")
+        problem = limits.arguments[key].problem(value)
+        if problem:
+            raise DataFormatError(
+                path, f"argument {key}={value!r} of model '{name}' {problem} ({kind} limit)"
+            )
+    try:
+        with torch.device("meta"):
+            shape = build_model(name, **arguments)
+    except (TypeError, ValueError) as err:
+        raise DataFormatError(path, f"arguments do not build model '{name}': {err}") from err
+    count = sum(p.numel() for p in shape.parameters())
+    if count > limits.max_parameters:
+        raise DataFormatError(
+            path,
+            f"model '{name}' with {dict(arguments)} has {count:,} parameters, above the "
+            f"{kind} limit of {limits.max_parameters:,}",
+        )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-NORMS = ("group", "instance")
+from dpmed.models import NORMS_3D as NORMS
 
 
 def _norm(kind: str, channels: int) -> nn.Module:

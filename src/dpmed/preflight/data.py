@@ -24,7 +24,7 @@ from dpmed.data.medmnist import dataset_info
 from dpmed.data.splits import split_counts
 from dpmed.data.synthetic.medmnist import class_counts
 from dpmed.fets.brats import LABEL_VALUES
-from dpmed.io import write_json, write_npz
+from dpmed.io import write_csv, write_json, write_npy, write_npz
 from dpmed.job_cost import SEG_CLASSES
 from dpmed.seg.data import SPLITS, SegData, Split
 
@@ -89,16 +89,15 @@ def write_fets(
     and one validation subject each: float16 (4, X, Y, Z) images and uint8 labels over the
     BraTS values at the configured volume shape, and splits.csv."""
     rng = np.random.default_rng(seed)
-    (folder / "subjects").mkdir(parents=True, exist_ok=True)
     rows = []
     for partition in range(1, partitions + 1):
         for k in range(train + 1):
             sid = f"P{partition:02d}S{k:02d}"
             image = rng.random((len(MODALITIES), *shape), dtype=np.float32).astype(np.float16)
             label = rng.choice(np.asarray(LABEL_VALUES, dtype=np.uint8), size=shape)
-            np.save(folder / "subjects" / f"{sid}.image.npy", image)
-            np.save(folder / "subjects" / f"{sid}.label.npy", label)
+            write_npy(folder / "subjects" / f"{sid}.image.npy", image)
+            write_npy(folder / "subjects" / f"{sid}.label.npy", label)
             rows.append((sid, partition, "train" if k < train else "val"))
     frame = pd.DataFrame(rows, columns=list(SPLIT_COLUMNS))
-    frame.to_csv(folder / "splits.csv", index=False)
+    write_csv(folder / "splits.csv", frame)
     return folder

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from dpmed.io import write_text
 from dpmed.peak_memory import peak_rss_bytes
 from dpmed.runtime import JobContext
 
@@ -269,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the probe SPEC.json names and write RESULT.json (module docstring)."""
     spec_path, result_path = sys.argv[1:3] if argv is None else argv
     spec = json.loads(Path(spec_path).read_text())
-    Path(result_path).write_text(json.dumps(run_probe(spec), indent=1))
+    write_text(result_path, json.dumps(run_probe(spec), indent=1))
     return 0
 
 

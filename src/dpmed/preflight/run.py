@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpmed.config.grid import Grid, job_seed
+from dpmed.io import write_text
 from dpmed.preflight.cells import (
     CELL_FILE,
     STUDY_RULES,
@@ -83,7 +84,7 @@ def run_child(spec: dict[str, Any], work: Path, timeout: float) -> dict[str, Any
     work.mkdir(parents=True, exist_ok=True)
     spec_path, result_path = work / "spec.json", work / "result.json"
     result_path.unlink(missing_ok=True)
-    spec_path.write_text(json.dumps(spec, default=str))
+    write_text(spec_path, json.dumps(spec, default=str))
     command = [sys.executable, "-m", "dpmed.preflight.probe", str(spec_path), str(result_path)]
     with open(work / "probe.log", "w") as log:
         try:
@@ -158,8 +159,7 @@ def write_cell(
     job = cell.job
     record = {"study": cell.study, "cell": cell.name, "wildcards": job.wc,
               "params": dict(job.params), "data": config["data"], "measures": measures}  # fmt: skip
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1, default=str))
+    write_text(path, json.dumps(record, indent=1, default=str))
 
 
 def _timed_child(spec: dict[str, Any], work: Path, timeout: float) -> dict[str, Any]:

@@ -100,7 +100,8 @@ def targets(jobs: Sequence[Any]) -> list[str]:
 
 def check_config(config: Mapping[str, Any], jobs: Sequence[Any]) -> None:
     """Config rules a schema cannot express: brightness low ≤ high; every preset method of
-    the grid finds its preset in the job's `presets`."""
+    the grid finds its preset in the job's `presets`; a job's clients fit its training split
+    (`_check_clients`)."""
     for where, params in param_sets(config["xcal"]):
         if "brightness" in params:
             low, high = params["brightness"]
@@ -117,6 +118,23 @@ def check_config(config: Mapping[str, Any], jobs: Sequence[Any]) -> None:
                 f"{job.block}.methods",
                 f"'{method}' needs xcal presets.{preset} (have: {', '.join(sorted(presets))})",
             )
+        _check_clients(config["data"], job)
+
+
+def _check_clients(data: Mapping[str, Any], job: Any) -> None:
+    """A job's `clients` share its dataset's training split, at least one image each. The
+    split's size is known here for synthetic data (`synthetic.counts`); a real download is
+    counted when the job partitions it."""
+    dataset = data[job.wc["dataset"]]
+    if dataset["raw"] != "synthetic":
+        return
+    clients, n_train = int(job.wc["clients"]), dataset["synthetic"]["counts"][0]
+    if clients > n_train:
+        raise ConfigError(
+            f"{job.block}.clients",
+            f"{clients} clients but data.{job.wc['dataset']}.synthetic.counts gives {n_train} "
+            "training images; every client needs at least one",
+        )
 
 
 SPEC = StudySpec(
