@@ -45,6 +45,17 @@ def test_fets_claims_pair_by_seed_per_dp_mode(tmp_path):
     simagg = rows.loc[("fets-simagg-above-fedavg-dice", "region ET, aggregator simagg, "
                        "dpmode none, eps inf")]  # fmt: skip
     assert simagg["diff_mean"] == pytest.approx(0.65) and "neither arm" not in simagg["reason"]
+    # DP-SimAgg ε0 = 10 against non-private FedAvg, per DP mode: 0.70 + shift and 0.30 + shift
+    # against 0.05 in every seed
+    fedavg = rows.loc["fets-dp10-above-fedavg-dice"]
+    for mode, level in (("paper", 0.70), ("sound", 0.30)):
+        row = fedavg.loc[f"region TC, aggregator dp_simagg, dpmode {mode}, eps 10"]
+        assert row["n_seeds"] == 3 and row["diff_mean"] == pytest.approx(level - 0.05 + 0.0005 / 3)
+        assert row["verdict"] == "supported"
+    score = rows.loc["fets-dp10-above-fedavg-score"]
+    assert list(score.index) == [
+        f"aggregator dp_simagg, dpmode {m}, eps 10" for m in ("paper", "sound")
+    ]
     assert rows.loc["fets-dp1-learns"]["reason"].iloc[0].startswith("cells absent")
     # time: DP paper 1-3 % slower, within ±5 %; sound 50 % slower
     time = measured.set_index(["claim", "cell"]).loc["fets-dp-time-equals-simagg"]
