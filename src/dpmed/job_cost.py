@@ -312,9 +312,9 @@ def grid_requests(config: Mapping[str, Any], grid: Grid) -> Counter[tuple[str, R
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the distinct requests of the grid `FILE ...` gives (as `--configfile FILE ...`;
     default config/config.yaml), largest first."""
-    from dpmed.config.checks import REPO, check_config, load_configs
+    from dpmed.config.checks import REPO, check_config, config_files, load_configs
 
-    config = load_configs(sys.argv[1:] if argv is None else argv)
+    config = load_configs(config_files("dpmed.job_cost", __doc__, argv))
     grid = check_config(config, REPO / "config" / "schema.yaml")
     print(f"{'rule':<11} {'mem_mb':>7} {'runtime':>11} {'GPU MB (at most)':>16}  jobs")
     ordered = sorted(

@@ -196,12 +196,27 @@ def load_configs(paths: Sequence[str | Path]) -> dict[str, Any]:
     return config
 
 
+def config_files(module: str, doc: str | None, argv: Sequence[str] | None) -> list[str]:
+    """The `FILE ...` arguments of `python -m <module>` (`argv`, default `sys.argv[1:]`),
+    merged as `--configfile` files, default config/config.yaml; `--help` prints `doc`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {module}",
+        description=doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("files", nargs="*", metavar="FILE", help="config files, merged in order")
+    files = parser.parse_args(argv).files
+    return files or [str(REPO / "config" / "config.yaml")]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Check the config that `--configfile FILE ...` gives (files merged in order, default
     config/config.yaml): print the job counts and notes, or the error and return 1."""
     from snakemake_interface_common.exceptions import WorkflowError
 
-    paths = list(sys.argv[1:] if argv is None else argv) or [str(REPO / "config" / "config.yaml")]
+    paths = config_files("dpmed.config.checks", __doc__, argv)
     try:
         config = load_configs(paths)
         grid = check_config(config, REPO / "config" / "schema.yaml")

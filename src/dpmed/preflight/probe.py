@@ -19,6 +19,7 @@ allocation and warm-up).
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import statistics
@@ -268,7 +269,15 @@ def run_probe(spec: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the probe SPEC.json names and write RESULT.json (module docstring)."""
-    spec_path, result_path = sys.argv[1:3] if argv is None else argv
+    parser = argparse.ArgumentParser(
+        prog="python -m dpmed.preflight.probe",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("spec", metavar="SPEC.json", help="the probe to run")
+    parser.add_argument("result", metavar="RESULT.json", help="where its result goes")
+    args = parser.parse_args(argv)
+    spec_path, result_path = args.spec, args.result
     spec = json.loads(Path(spec_path).read_text())
     write_text(result_path, json.dumps(run_probe(spec), indent=1))
     return 0
