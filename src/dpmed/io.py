@@ -34,8 +34,8 @@ def _prefix(path: Path) -> str:
 
 
 def remove_stale_temporaries(path: str | Path) -> list[Path]:
-    """Remove the temporary siblings (`.<name>.XXXXXXXX.tmp`, files or folders) that a writer of
-    `path` killed before its rename left behind, and return them.
+    """Remove the temporary siblings (`.<name>.<8 random characters>.tmp`, files or folders)
+    that a writer of `path` killed before its rename left behind, and return them.
 
     Only call this where no other process writes `path` at the same time (a Snakemake job
     rebuilding its own output): a live writer's temporary has the same name pattern. The
