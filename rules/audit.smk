@@ -12,7 +12,7 @@ results/figures/privacy_audit.png.
 """
 
 from dpmed.config.audit import AUDIT_FILE, AUDIT_PATH, AUDIT_PATTERNS
-from dpmed.config.audit import audit_jobs, audit_request, rule_job
+from dpmed.config.audit import audit_jobs, rule_job
 from dpmed.config.grid import job_seed
 
 AUDITS = audit_jobs(config, GRID)

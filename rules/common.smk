@@ -5,9 +5,9 @@ from pathlib import Path
 
 from dpmed.benchmark_sampling import set_benchmark_interval
 from dpmed.config.checks import check_config
-from dpmed.config.wildcards import wildcard_patterns
+from dpmed.config.grid import wildcard_patterns
 from dpmed.data.registry import ARRAY_FILES, datasets_writing, processed_files
-from dpmed.job_cost import mem_cap_note, request as cost_request
+from dpmed.job_cost import audit_request, mem_cap_note, request as cost_request
 from dpmed.report.menu import menu_name, report_item
 from dpmed.report.outputs import EXTS_OF_KEYWORD, FIGURE_EXTS, TABLE_EXTS
 from dpmed.studies import STUDIES

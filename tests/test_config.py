@@ -17,7 +17,8 @@ from snakemake_interface_common.exceptions import WorkflowError
 
 from dpmed.config.checks import check_config
 from dpmed.config.grid import job_seed, wildcards_from_path
-from dpmed.config.wildcards import EPS_PATTERN, format_eps, parse_eps, wildcard_patterns
+from dpmed.config.grid import wildcard_patterns
+from dpmed.config.wildcards import EPS_PATTERN, format_eps, parse_eps
 from dpmed.data.registry import DATASETS
 from dpmed.errors import ConfigError
 

@@ -286,6 +286,18 @@ def request(
     )
 
 
+def audit_request(
+    config: Mapping[str, Any], grid: Grid, wildcards: Mapping[str, str], attempt: int, gpu: bool
+) -> Request:
+    """What a `privacy_audit` job asks the scheduler for on `attempt`: the request of the
+    audited cell's training job (`dpmed.job_cost`), since the audit trains the cell once."""
+    from dpmed.config.audit import rule_job
+
+    job = rule_job(config, wildcards)
+    hp = grid.params(job.study, job.wc)
+    return request(f"{job.study}_train", config, job.wc, hp, attempt, gpu=gpu)
+
+
 def mem_cap_note(rule: str, wildcards: Mapping[str, str], attempt: int, req: Request) -> str:
     """What to say when `resources.max_mem_mb` caps a job's memory ('' when it does not)."""
     if not req.uncapped_mem_mb:

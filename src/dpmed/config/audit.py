@@ -32,7 +32,6 @@ from dpmed.config.grid import Grid, wildcards_from_path
 from dpmed.config.study import Wildcards
 from dpmed.config.wildcards import NUMBER_PATTERN, format_eps
 from dpmed.errors import ConfigError
-from dpmed.job_cost import Request, request
 from dpmed.privacy.audit.settings import SETTINGS
 from dpmed.studies import STUDIES
 
@@ -121,16 +120,6 @@ def rule_job(config: Mapping[str, Any], wildcards: Mapping[str, str]) -> AuditJo
         int(canaries),
         float(block["confidence"]),
     )
-
-
-def audit_request(
-    config: Mapping[str, Any], grid: Grid, wildcards: Mapping[str, str], attempt: int, gpu: bool
-) -> Request:
-    """What a `privacy_audit` job asks the scheduler for on `attempt`: the request of the
-    audited cell's training job (`dpmed.job_cost`), since the audit trains the cell once."""
-    job = rule_job(config, wildcards)
-    hp = grid.params(job.study, job.wc)
-    return request(f"{job.study}_train", config, job.wc, hp, attempt, gpu=gpu)
 
 
 def audit_jobs(config: Mapping[str, Any], grid: Grid) -> list[AuditJob]:

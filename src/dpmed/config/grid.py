@@ -22,7 +22,6 @@ from dpmed.config.study import Wildcards
 from dpmed.config.wildcards import format_eps
 from dpmed.data.registry import DATASETS
 from dpmed.errors import ConfigError
-from dpmed.seeding import stable_seed
 from dpmed.studies import STUDIES
 
 
@@ -147,21 +146,30 @@ class Grid:
         return [name for name in DATASETS if name in used]
 
 
+def wildcard_patterns() -> dict[str, str]:
+    """Every wildcard of every study (Snakemake's global `wildcard_constraints`, so no rule
+    matches a path it was not written for, e.g. `eps` never swallows a slash): the alternation of the studies' patterns (a wildcard
+    two studies share, e.g. `model`, accepts either's values); `dataset` names every dataset
+    of the data registry."""
+    patterns: dict[str, list[str]] = {"dataset": ["|".join(DATASETS)]}
+    for _, spec in STUDIES.items():
+        for wildcard, pattern in spec.patterns.items():
+            if wildcard == "dataset":
+                continue
+            if pattern not in patterns.setdefault(wildcard, []):
+                patterns[wildcard].append(pattern)
+    return {wc: "|".join(f"(?:{p})" for p in alts) if len(alts) > 1 else alts[0]
+            for wc, alts in patterns.items()}  # fmt: skip
+
+
 def job_seed(study: str, wildcards: Mapping[str, str]) -> int:
-    """The RNG seed of a job: a stable hash of the study and all its wildcards. It drives what
-    must stay independent between compared runs: the DP noise."""
-    ordered = [f"{wc}={wildcards[wc]}" for _, wc in STUDIES[study].axes]
-    return stable_seed(study, *ordered)
+    """`StudySpec.job_seed` of study `study` (the rules name the study)."""
+    return STUDIES[study].job_seed(wildcards)
 
 
 def common_seed(study: str, wildcards: Mapping[str, str], role: str) -> int:
-    """The seed of one source of randomness (`role`: init, order, schedule, ...) shared by
-    every run of a seed block: a stable hash of the study, the role and the study's `paired`
-    wildcards only (`StudySpec.paired`). Runs that differ in a compared factor then start from
-    the same weights and see the same batches and schedules (common random numbers), so
-    paired tests over seeds pair."""
-    ordered = [f"{wc}={wildcards[wc]}" for wc in STUDIES[study].paired]
-    return stable_seed(study, role, *ordered)
+    """`StudySpec.common_seed` of study `study`."""
+    return STUDIES[study].common_seed(wildcards, role)
 
 
 def wildcards_from_path(study: str, path: str | Path) -> dict[str, str]:

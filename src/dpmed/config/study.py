@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dpmed.seeding import stable_seed
+
 # The wildcards of one grid cell, in axis order: (("dataset", "duke"), ("model", "unet"), ...).
 Wildcards = tuple[tuple[str, str], ...]
 # A grid cell's jobs after a block's `sweep`: (wildcards, params) pairs, or why there are none.
@@ -66,6 +68,21 @@ class ClaimSource:
 
 
 @dataclass(frozen=True)
+class StudyAudit:
+    """A study's empirical privacy audit (`dpmed.privacy.audit`).
+
+    Args:
+        settings: the audit settings its runner offers (read when the config is checked, so
+            the spec stays free of torch).
+        runner: "module:function" auditing one cell, `(job, setting, canaries, confidence,
+            noise_scale) -> CellAudit` (imported only by the audit job).
+    """
+
+    settings: tuple[str, ...]
+    runner: str
+
+
+@dataclass(frozen=True)
 class StudySpec:
     """One study's grid and output layout.
 
@@ -98,6 +115,12 @@ class StudySpec:
             (`dpmed.config.grid.common_seed`), so comparisons between them pair (common random
             numbers); their DP noise stays independent (`job_seed`, every wildcard).
         claims: the paper's claims and the run files they are judged on (None: no claims).
+        rules: the study's rule file, relative to the workflow's folder (the Snakefile
+            includes every registered study's).
+        sizing: "module:attribute" of the study's `dpmed.job_cost` sizing (torch-free: read
+            when the workflow is parsed).
+        probe: "module:attribute" of the study's preflight probe (`dpmed.preflight`).
+        audit: the study's privacy audit (None: the study offers none).
     """
 
     name: str
@@ -116,11 +139,28 @@ class StudySpec:
     switches: Mapping[str, bool] = field(default_factory=dict)
     paired: tuple[str, ...] = ("seed",)
     claims: ClaimSource | None = None
+    rules: str = ""
+    sizing: str = ""
+    probe: str = ""
+    audit: StudyAudit | None = None
 
     @property
     def wildcards(self) -> tuple[str, ...]:
         """The wildcard names, in path order."""
         return tuple(wc for _, wc in self.axes)
+
+    def job_seed(self, wildcards: Mapping[str, str]) -> int:
+        """The RNG seed of a job: a stable hash of the study and all its wildcards. It drives
+        what must stay independent between compared runs: the DP noise."""
+        return stable_seed(self.name, *(f"{wc}={wildcards[wc]}" for wc in self.wildcards))
+
+    def common_seed(self, wildcards: Mapping[str, str], role: str) -> int:
+        """The seed of one source of randomness (`role`: init, order, schedule, ...) shared by
+        every run of a seed block: a stable hash of the study, the role and the `paired`
+        wildcards only. Runs that differ in a compared factor then start from the same weights
+        and see the same batches and schedules (common random numbers), so paired tests over
+        seeds pair."""
+        return stable_seed(self.name, role, *(f"{wc}={wildcards[wc]}" for wc in self.paired))
 
     def log(self, rule: str, ext: str = "log") -> str:
         """`logs/<rule>/<wildcards as folders>.<ext>` (also the benchmark path with `tsv`)."""

@@ -10,6 +10,7 @@ from typing import Any
 
 from dpmed.config.study import (
     ClaimSource,
+    StudyAudit,
     StudySpec,
     SweepResult,
     Wildcards,
@@ -114,13 +115,11 @@ def _first_run(jobs: Sequence[Any]) -> dict[str, Any]:
 
 
 def _first_run_params(jobs: Sequence[Any], config: Mapping[str, Any]) -> dict[str, Any]:
-    from dpmed.config.grid import common_seed  # the grid imports the study specs
-
     return {
         "selection_csv": lambda wc: f"{jobs[0].path}/selection.csv",
         "splits_csv": lambda wc: SPLITS,
         "params": lambda wc: jobs[0].params,
-        "seed": lambda wc: common_seed("fets", jobs[0].wc, "schedule"),  # as `fets.run`
+        "seed": lambda wc: SPEC.common_seed(jobs[0].wc, "schedule"),  # as `fets.run`
     }
 
 
@@ -280,4 +279,8 @@ SPEC = StudySpec(
             for name in ("metrics", "resources")
         },
     ),
+    rules="rules/fets.smk",
+    sizing="dpmed.fets.sizing:SIZING",
+    probe="dpmed.fets.probe:PROBE",
+    audit=StudyAudit(("update",), "dpmed.fets.audit:audit_cell"),
 )

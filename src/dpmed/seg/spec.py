@@ -14,6 +14,7 @@ from typing import Any
 
 from dpmed.config.study import (
     ClaimSource,
+    StudyAudit,
     StudySpec,
     SweepResult,
     Wildcards,
@@ -580,6 +581,10 @@ SPEC = StudySpec(
     reports=REPORTS,
     notes=notes,
     paired=("dataset", "model", "seed"),
+    rules="rules/seg.smk",
+    sizing="dpmed.seg.sizing:SIZING",
+    probe="dpmed.seg.probe:PROBE",
+    audit=StudyAudit(("gradient", "input", "paper-noise"), "dpmed.seg.audit:audit_cell"),
     claims=ClaimSource(
         "dpmed.seg.claims:seg_observations",
         lambda jobs: {

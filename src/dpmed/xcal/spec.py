@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dpmed.config.study import ClaimSource, StudySpec, param_sets
+from dpmed.config.study import ClaimSource, StudyAudit, StudySpec, param_sets
 from dpmed.config.wildcards import EPS_PATTERN
 from dpmed.data.registry import DATASET_REGISTRY
 from dpmed.errors import ConfigError
@@ -169,4 +169,8 @@ SPEC = StudySpec(
         "dpmed.xcal.claims:xcal_observations",
         lambda jobs: {"metrics_paths": [f"{job.path}/metrics.json" for job in jobs]},
     ),
+    rules="rules/xcal.smk",
+    sizing="dpmed.xcal.sizing:SIZING",
+    probe="dpmed.xcal.probe:PROBE",
+    audit=StudyAudit(("gradient", "input"), "dpmed.xcal.audit:audit_cell"),
 )
