@@ -48,9 +48,14 @@ if not workflow.config_settings.configfiles:
 
 include: "rules/common.smk"
 include: "rules/data.smk"
-include: "rules/seg.smk"
-include: "rules/fets.smk"
-include: "rules/xcal.smk"
+
+
+# Each registered study's own rule file (`StudySpec.rules`, dpmed.studies).
+for _, _study in STUDIES.items():
+
+    include: _study.rules
+
+
 include: "rules/audit.smk"
 include: "rules/report.smk"
 include: "rules/preflight.smk"

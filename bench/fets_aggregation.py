@@ -5,13 +5,14 @@ CPU, against one in-memory pass over the same tensors.
 
 "one pass" = reading every local tensor of the round once (a single-threaded sum over each),
 the floor any aggregator that looks at all tensors must pay; "noise draw" = drawing the d
-Gaussian values one DP round adds with the server's noise generator (`dpmed.privacy.normals`)
-on the block threads into a reused array (the DP modes themselves fill the noise block by
-block and never store it); "numpy normals" = the same draw with numpy's float32 ziggurat on
-one thread, for comparison. Each aggregator runs through `Server.aggregate`, the code path of
-the simulation (weights normalised, noise drawn, state rebuilt), in a process that keeps freed
-memory as the jobs do (`dpmed.allocator`). Every timer runs once per repeat, round-robin, so
-that the machine's drift reaches all of them alike; the medians are printed.
+Gaussian values one DP round adds with the server's noise generator (`dpmed.privacy.normals`:
+numpy's ziggurat on a Philox stream per block) on the block threads into a reused array (the
+DP modes themselves fill the noise block by block and never store it); "numpy normals" = the
+same number of float32 normals from one numpy generator on one thread, for comparison.
+Each aggregator runs through `Server.aggregate`, the code path of the simulation (weights
+normalised, noise drawn, state rebuilt), in a process that keeps freed memory as the jobs do
+(`dpmed.allocator`). Every timer runs once per repeat, round-robin, so that the machine's drift
+reaches all of them alike; the medians are printed.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ SETTINGS = [
 ]
 
 
-def _interleaved(timers: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+def interleaved(timers: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
     """Median seconds of each timer, the timers run round-robin `repeats` times so that the
     machine's drift hits them all alike."""
     times: dict[str, list[float]] = {label: [] for label in timers}
@@ -80,9 +81,9 @@ def main() -> None:
     for aggregator, mode, eps in SETTINGS:
         server = Server(ServerConfig(aggregator, mode, eps, 1e-5, 100.0, "l2", "analytic", 0))
         timers[f"{aggregator}/{mode}"] = lambda s=server: s.aggregate(glob, local, 1)
-    for fn in timers.values():  # warm-up: kernels compiled or loaded, buffers touched
+    for fn in timers.values():  # warm-up: buffers touched
         fn()
-    seconds = _interleaved(timers, args.repeats)
+    seconds = interleaved(timers, args.repeats)
     base = seconds["one pass (read all)"]
     print(
         f"model: {n_params / 1e6:.1f} M parameters, {len(glob)} tensors, "

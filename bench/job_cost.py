@@ -15,9 +15,10 @@ patch, volume, model, ROAD sample); the smallest points have the smoke config's 
 small runs alone extrapolate badly to the paper's sizes (deeper networks, 224² inputs,
 per-sample gradients of large layers), so `--preflight DIR` adds what a preflight measured at
 the configured sizes (`dpmed.preflight.points`: the peak, and the job's time projected from its
-measured seconds per step) as points of each study's training rule (a cell probed again
-replaces its earlier point), and refits the coefficients from the saved points plus those,
-without rerunning the small cells.
+measured seconds per unit of work, the same runtime model as the fit's) as points of each
+study's training rule (a cell probed again replaces its earlier point), recomputes every saved
+point's features (a preflight point keeps its params and data for that) and refits the
+coefficients, without rerunning the small cells.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from snakemake.utils import update_config
 from dpmed import job_cost
 from dpmed.config.checks import check_config, load_configs
 from dpmed.preflight.points import cost_points
+from dpmed.sizing import sized_rules
 from dpmed.studies import STUDIES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,11 +60,15 @@ def smoke() -> dict:
 
 
 def features_of(rule: str, point: dict) -> tuple[dict, dict]:
-    """The cost features of a saved small-run point, recomputed from its config edit (the
-    features may have changed since it was measured)."""
+    """The cost features of a saved point, recomputed (the features may have changed since it
+    was measured): a preflight point's from its params and data, a small run's from its config
+    edit."""
+    if point.get("source") == "preflight":
+        return job_cost.features(rule, {"data": point["data"]}, point["wildcards"],
+                                 point["params"])  # fmt: skip
     config = smoke()
     update_config(config, copy.deepcopy(point["edit"]))
-    study = job_cost.RULES[rule][0]
+    study = sized_rules()[rule]
     hp = check_config(config, REPO / "config" / "schema.yaml").params(study, point["wildcards"])
     return job_cost.features(rule, config, point["wildcards"], hp)
 
@@ -140,10 +146,10 @@ def measure(study: str, edit: dict, wc: dict) -> tuple[dict, dict, dict[str, tup
              "--snakefile", str(REPO / "Snakefile"), "--directory", str(work),
              "--configfile", str(work / "config.yaml"), "--cores", "2", "--quiet", "all",
              "--set-resources",
-             *(f"{r}:{k}=1" for r in job_cost.RULES for k in ("mem_mb", "runtime"))],
+             *(f"{r}:{k}=1" for r in sized_rules() for k in ("mem_mb", "runtime"))],
             check=True, cwd=REPO,
         )  # fmt: skip
-        for rule, (rule_study, *_) in job_cost.RULES.items():
+        for rule, rule_study in sized_rules().items():
             tsv = work / f"benchmarks/{rule}/{run.removeprefix(f'results/{study}/')}.tsv"
             if rule_study == study and tsv.exists():
                 header, values = tsv.read_text().splitlines()[:2]
@@ -187,7 +193,7 @@ def fit(rows: list[dict], kind: str) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rules", nargs="*", default=list(job_cost.RULES))
+    parser.add_argument("--rules", nargs="*", default=list(sized_rules()))
     parser.add_argument(
         "--preflight", nargs="*", type=Path, default=None, metavar="DIR",
         help="refit from the saved points and the peaks these preflights measured (module "
@@ -203,7 +209,7 @@ def main() -> None:
         report(saved, list(saved["rules"]))
         return
     rows: dict[str, list[dict]] = {rule: [] for rule in args.rules}
-    for study in dict.fromkeys(job_cost.RULES[rule][0] for rule in args.rules):
+    for study in dict.fromkeys(sized_rules()[rule] for rule in args.rules):
         for edit, wc in points()[study]:
             config, hp, measured = measure(study, edit, wc)
             for rule in (r for r in args.rules if r in measured):
@@ -212,7 +218,7 @@ def main() -> None:
                 rows[rule].append({"wildcards": wc, "edit": edit, "mem": mem, "time": time,
                                    "measured": {"mem": peak, "time": seconds}})  # fmt: skip
                 print(f"{rule} {wc}: {peak:.0f} MB, {seconds:.1f} s", flush=True)
-        for rule in (r for r in args.rules if job_cost.RULES[r][0] == study):  # saved per study
+        for rule in (r for r in args.rules if sized_rules()[r] == study):  # saved per study
             saved["rules"][rule] = {
                 "mem": fit(rows[rule], "mem"),
                 "time": fit(rows[rule], "time"),
@@ -230,19 +236,20 @@ def main() -> None:
 
 def refit_with_preflight(saved: dict, folders: list[Path]) -> None:
     """Add the preflight points of `folders` to the saved ones (a cell probed again replaces
-    its earlier point, so one re-probed cell need not rerun the others), recompute the small
-    runs' features, and refit every rule's memory and time coefficients over all its points."""
+    its earlier point, so one re-probed cell need not rerun the others), recompute every saved
+    point's features, and refit every rule's memory and time coefficients over all its
+    points."""
     found: dict[str, dict[str, dict]] = {}
     for folder in folders:
         for rule, rows in cost_points(folder).items():
             found.setdefault(rule, {}).update((row["cell"], row) for row in rows)
     for rule, entry in saved["rules"].items():
-        small = [p for p in entry["points"] if p.get("source") != "preflight"]
-        for point in small:
-            point["mem"], point["time"] = features_of(rule, point)
         new = found.get(rule, {})
+        small = [p for p in entry["points"] if p.get("source") != "preflight"]
         kept = [p for p in entry["points"] if p.get("source") == "preflight"
                 and p["cell"] not in new]  # fmt: skip
+        for point in small + kept:
+            point["mem"], point["time"] = features_of(rule, point)
         entry["points"] = small + kept + list(new.values())
         entry["mem"] = fit(entry["points"], "mem")
         entry["time"] = fit(entry["points"], "time")

@@ -24,8 +24,8 @@ from dpmed.models.classifiers import gradcam_layer
 from dpmed.privacy.dpsgd import wrap_per_sample
 from dpmed.runtime import select_device
 from dpmed.xcal.client import Client, ClientSeeds
+from dpmed.xcal.grid import MODELS
 from dpmed.xcal.methods import BASELINE, NON_PRIVATE, PROPOSED, resolve
-from dpmed.xcal.spec import MODELS
 
 METHODS = (NON_PRIVATE, BASELINE, PROPOSED)
 

@@ -3,7 +3,7 @@
 fets_train runs one cell {aggregator}/{dpmode}/eps{eps}/seed{seed}; its checkpoint
 (checkpoint.pt in the job folder) is not an output: a killed job resumes from it and it is
 deleted once the outputs are written. Run files, wildcard patterns and log paths come from the
-study spec (dpmed.fets.spec); its tables and figures are entries of `dpmed.fets.spec.REPORTS`,
+study spec (dpmed.fets.spec); its tables and figures are entries of `dpmed.fets.outputs.REPORTS`,
 generated as rules by rules/report.smk.
 """
 

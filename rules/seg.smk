@@ -3,17 +3,17 @@
 seg_train runs one cell {dataset}/{model}/{clip}/{morph}/eps{eps}/seed{seed}; its checkpoint
 (checkpoint.pt in the job folder) is not an output: a killed job resumes from it and it is
 deleted once the outputs are written. seg_attack scores one trained model with the global-loss
-membership attack. The tables and figures are entries of `dpmed.seg.spec.REPORTS`, generated
+membership attack. The tables and figures are entries of `dpmed.seg.outputs.REPORTS`, generated
 as rules by rules/report.smk: they read only the cells the grid ran (the paper's main
 tables/figures, Table 3, Figs. 3–5, 8, its main cells; the ablation outputs, Fig. 2 and
 Table 2, the sweep/quantile cells; the analyses, Figs. 6, 7, 9–12 and the privacy tables,
 every cell).
 """
 
-import dpmed.seg.spec as seg_spec
 from dpmed.config.grid import job_seed
+from dpmed.seg.outputs import ATTACK_FILE as SEG_ATTACK_FILE
+from dpmed.seg.spec import SPEC as SEG
 
-SEG = seg_spec.SPEC
 SEG_JOBS = GRID.jobs("seg")
 
 
@@ -51,7 +51,7 @@ rule seg_attack:
         data=lambda wc: processed_files(wc.dataset),
         model=f"{SEG.path}/model.pt",
     output:
-        attack=f"{SEG.path}/{seg_spec.ATTACK_FILE}",
+        attack=f"{SEG.path}/{SEG_ATTACK_FILE}",
     wildcard_constraints:
         **SEG.patterns,
     params:

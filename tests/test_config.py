@@ -16,8 +16,7 @@ from hypothesis import strategies as st
 from snakemake_interface_common.exceptions import WorkflowError
 
 from dpmed.config.checks import check_config
-from dpmed.config.grid import job_seed, wildcards_from_path
-from dpmed.config.grid import wildcard_patterns
+from dpmed.config.grid import job_seed, wildcard_patterns, wildcards_from_path
 from dpmed.config.wildcards import EPS_PATTERN, format_eps, parse_eps
 from dpmed.data.registry import DATASETS
 from dpmed.errors import ConfigError
@@ -145,6 +144,14 @@ def test_schema_fills_defaults(smoke):
         (("data", "duke", "split"), [0.6, 0.2], "['split']"),
         (("seg", "defaults", "epochs"), 0, "['epochs']"),
         (("seg", "defaults", "unknown_key"), 1, "unknown_key"),
+        # registry names, put into the schema when it is loaded (`load_schema`)
+        (("seg", "grid", 0, "clips", 0), "huber", "['clips']"),
+        (("seg", "grid", 0, "morphs", 0), "erode-k3", "['morphs']"),
+        (("fets", "grid", 0, "aggregators", 0), "fedprox", "['aggregators']"),
+        (("fets", "grid", 0, "dpmodes", 0), "local", "['dpmodes']"),
+        (("fets", "defaults", "simagg_distance"), "cosine", "['simagg_distance']"),
+        (("xcal", "grid", 0, "shifts", 0), "quantity", "['shifts']"),
+        (("data", "brats"), {"raw": "synthetic"}, "brats"),
     ],
 )
 def test_schema_errors_name_the_key(smoke, path, value, key):

@@ -16,8 +16,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
 from conftest import REPO
+
+from dpmed.config.checks import load_schema
 
 SCHEMA = REPO / "config" / "schema.yaml"
 README = REPO / "config" / "README.md"
@@ -90,7 +91,7 @@ def unsourced_lines(config_text: str) -> list[tuple[int, str]]:
 
 
 def test_schema_paths_cover_every_level():
-    paths = schema_paths(yaml.safe_load(SCHEMA.read_text()))
+    paths = schema_paths(load_schema(SCHEMA))
     expected = (
         "device",
         "data.fets.val_fraction",
@@ -115,12 +116,12 @@ def test_schema_paths_cover_every_level():
 
 
 def test_every_schema_key_is_in_the_config_readme():
-    paths = schema_paths(yaml.safe_load(SCHEMA.read_text()))
+    paths = schema_paths(load_schema(SCHEMA))
     assert undocumented(paths, README.read_text()) == []
 
 
 def test_readme_check_catches_a_missing_key():
-    paths = schema_paths(yaml.safe_load(SCHEMA.read_text()))
+    paths = schema_paths(load_schema(SCHEMA))
     readme = README.read_text().replace("`seg.defaults.r`", "seg.defaults.r")
     assert undocumented(paths, readme) == ["seg.defaults.r"]
 

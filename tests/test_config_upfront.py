@@ -96,8 +96,8 @@ def test_paper_figures_need_the_runs_they_show(smoke):
 
 
 def test_fig12_variant_is_the_one_its_writer_draws():
+    from dpmed.seg.outputs import LAYER_VARIANT
     from dpmed.seg.report import adaptive
-    from dpmed.seg.spec import LAYER_VARIANT
 
     assert adaptive.LAYER_VARIANT == LAYER_VARIANT
 

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from dpmed.data import medmnist
-from dpmed.data.medmnist import DATASETS, dataset_info, load_npz, npz_name, preprocess
+from dpmed.data.medmnist import dataset_info, load_npz, medmnist_datasets, npz_name, preprocess
 from dpmed.data.synthetic.medmnist import class_counts, generate
 from dpmed.errors import ConfigError, DataFormatError
 
+DATASETS = medmnist_datasets()
 FLAGS = tuple(DATASETS)
 KEYS = (
     "train_images",

@@ -33,6 +33,8 @@ SOURCE_FOLDERS = (
     "tests",
     "workflow",
 )
+# Folders holding files laid out as in a repository (tests/test_toy_study.py copies them in).
+TEMPLATES = ("tests/toy_study/",)
 TOP_FILES = ("LICENSE", "Makefile", "README.md", "Snakefile", "pyproject.toml")
 EXTENSIONS = ("cfg", "csv", "ini", "json", "md", "py", "rst", "sh", "smk", "toml", "txt", "yaml")
 _END = r"(?![\w/-]|\.\w)(?:#(?P<anchor>[\w-]+))?"
@@ -170,17 +172,25 @@ def _normalise(path: str) -> str:
     return "/".join(parts)
 
 
+def resolved(ref: Reference, texts: dict[str, str | None]) -> str:
+    """The repository file `ref` names: a file of a repository template (tests/toy_study/, the
+    toy study's files as they sit in a repository) may name the template's own files."""
+    template = next((t for t in TEMPLATES if ref.source.startswith(t)), "")
+    return template + ref.path if ref.path not in texts else ref.path
+
+
 def problems(refs: list[Reference], texts: dict[str, str | None]) -> list[str]:
     """What does not resolve, one line per reference. `texts`: repository file → its text."""
     out = []
     for ref in refs:
         where = f"{ref.source}:{ref.line}: {ref.path}"
-        if ref.path not in texts:
+        path = resolved(ref, texts)
+        if path not in texts:
             out.append(f"{where}: no such file in the repository")
             continue
-        target = texts[ref.path] or ""
+        target = texts[path] or ""
         if ref.anchor is not None:
-            if not ref.path.endswith(".md"):
+            if not path.endswith(".md"):
                 out.append(f"{where}#{ref.anchor}: anchors are checked only in Markdown files")
             elif ref.anchor not in anchors(target):
                 out.append(f"{where}#{ref.anchor}: no such heading")

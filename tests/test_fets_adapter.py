@@ -17,6 +17,7 @@ from openfl.databases import TensorDB
 from openfl.utilities import TensorKey, change_tags
 
 from dpmed.fets import aggregation as agg
+from dpmed.fets import aggregators as rules
 from dpmed.fets.openfl_adapter import (
     TRAINED_TAGS,
     collaborator_tags,
@@ -59,7 +60,7 @@ def _round(fl_round: int = 3):
 
 
 def _local_tensors(name, local, weights):
-    return [agg.LocalTensor(c, local[c][name], w) for c, w in weights.items()]
+    return [rules.LocalTensor(c, local[c][name], w) for c, w in weights.items()]
 
 
 def test_sound_adapter_matches_the_server():

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from dpmed.fets import aggregation as agg
+from dpmed.fets import aggregators as rules
 from dpmed.fets.round_tensors import RoundTensors, TensorGroup
 from dpmed.fets.server import Server, ServerConfig
 from dpmed.privacy.mechanisms import analytic_sigma
@@ -77,24 +78,24 @@ def test_paper_mode_non_weight_branch():
 def test_simagg_l2_and_sum_diff_by_hand():
     t = [np.array([0.0, 0.0]), np.array([2.0, 0.0]), np.array([0.0, 4.0])]
     w = [0.2, 0.3, 0.5]
-    local = [agg.LocalTensor(str(i), x, wi) for i, (x, wi) in enumerate(zip(t, w, strict=True))]
+    local = [rules.LocalTensor(str(i), x, wi) for i, (x, wi) in enumerate(zip(t, w, strict=True))]
     mean = np.array([2.0 / 3.0, 4.0 / 3.0])
     d = np.array([np.linalg.norm(mean - x) for x in t])
     s = d.sum() / (1e-8 + d)
     alpha = (np.array(w) + s) / (1e-8 + (np.array(w) + s).sum())
     assert np.allclose(
-        agg.simagg(local, None, "w.weight", 0), sum(a * x for a, x in zip(alpha, t, strict=True))
+        rules.simagg(local, None, "w.weight", 0), sum(a * x for a, x in zip(alpha, t, strict=True))
     )
     d2 = np.abs(mean.sum() - np.array([x.sum() for x in t]))
     s2 = d2.sum() / (1e-8 + d2)
     s2 = s2 / s2.sum()
     alpha2 = (np.array(w) + s2) / (1e-8 + (np.array(w) + s2).sum())
-    got = agg.simagg(local, None, "w.bias", 0, distance="sum_diff")
+    got = rules.simagg(local, None, "w.bias", 0, distance="sum_diff")
     assert np.allclose(got, sum(a * x for a, x in zip(alpha2, t, strict=True)))
     assert np.allclose(
-        agg.simagg(local, None, "running", 0), sum(wi * x for wi, x in zip(w, t, strict=True))
+        rules.simagg(local, None, "running", 0), sum(wi * x for wi, x in zip(w, t, strict=True))
     )
-    assert np.allclose(agg.fedavg(local), sum(wi * x for wi, x in zip(w, t, strict=True)))
+    assert np.allclose(rules.fedavg(local), sum(wi * x for wi, x in zip(w, t, strict=True)))
 
 
 def _ball(draw_array: np.ndarray, c: float) -> np.ndarray:

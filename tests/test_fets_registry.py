@@ -1,38 +1,36 @@
-"""The fets registries (aggregators, DP modes, SimAgg distances, selection strategies): the
-config schema, the spec and the server read them; a toy aggregator registered here goes
-through the server's code path and is removed again."""
+"""The fets registries (aggregation rules, DP modes, the aggregators they make, SimAgg
+distances, selection strategies): the config schema, the spec and the server read them; toy
+rules registered here (one entry each) go through the server's code path under every DP mode
+that accepts them and are removed again."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
-import yaml
 from conftest import REPO
 
+from dpmed.config.checks import load_schema
 from dpmed.config.wildcards import NUMBER_PATTERN
-from dpmed.fets.aggregation import (
-    AGGREGATORS,
-    DP_MODES,
-    SIMAGG_DISTANCES,
-    aggregator_mode,
-    register_aggregator,
-)
+from dpmed.fets.aggregation import AGGREGATORS, DP_MODES, DPMode, aggregator_mode
+from dpmed.fets.aggregators import RULES, SIMAGG_DISTANCES, AggregationRule, uniform_mean
 from dpmed.fets.privacy import privacy_record
 from dpmed.fets.report import method_label
 from dpmed.fets.selection import STRATEGIES
 from dpmed.fets.server import Server, ServerConfig
 from dpmed.fets.spec import SPEC
+from dpmed.privacy.mechanisms import analytic_sigma
 
-SCHEMA = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())["$defs"]
+SCHEMA = load_schema(REPO / "config" / "schema.yaml")["$defs"]
 
 
 def test_schema_enums_equal_the_registries():
-    grid = SCHEMA["fets"]["properties"]["grid"]["items"]["properties"]
-    assert grid["aggregators"]["items"]["enum"] == list(AGGREGATORS.names())
-    assert grid["dpmodes"]["items"]["enum"] == list(DP_MODES.names())
+    # aggregators, DP modes and SimAgg distances are put in from the registries at load; the
+    # selection strategies (dpmed.fets.selection needs pandas, which the spec does not import)
+    # are listed in the schema
     params = SCHEMA["fets_params"]["properties"]
     assert params["selection"]["enum"] == list(STRATEGIES.names())
-    assert params["simagg_distance"]["enum"] == list(SIMAGG_DISTANCES.names())
 
 
 def test_spec_reads_the_registries():
@@ -78,21 +76,23 @@ def test_unknown_names_are_refused_with_the_known_ones():
 
 def test_a_private_mode_needs_its_mechanism_and_sensitivity():
     with pytest.raises(ValueError, match="mechanism"):
-        register_aggregator("toy", "sound", label="Toy", order=9, sensitivity=lambda c, m: c)
+        AggregationRule("Toy", 9, weigh=uniform_mean, sensitivity=lambda c, m: c)
     with pytest.raises(ValueError, match="sensitivity"):
-        register_aggregator("toy", "sound", label="Toy", order=9, mechanism="toy")
+        AggregationRule("Toy", 9, weigh=uniform_mean, dp_weighting="toy")
     with pytest.raises(ValueError, match="reasons"):
-        register_aggregator("toy", "paper", label="Toy", order=9, mechanism="toy")
-    assert "toy" not in AGGREGATORS
+        DPMode("paper-approximation", True, 9, lambda rule: True, print, lambda n, r: "toy")
+    with pytest.raises(ValueError, match="mechanism"):
+        DPMode("dp", False, 9, lambda rule: True, print)
+    assert "toy" not in AGGREGATORS and "dp_toy" not in AGGREGATORS
 
 
 def test_a_toy_median_aggregator_goes_through_the_server():
-    @register_aggregator("median", "none", label="Median", order=5)
     def median_rule(local, tensor_name, cfg):
         return np.median(np.stack([t.tensor for t in local]), axis=0)
 
+    RULES.add("median", AggregationRule("Median", 5, aggregate=median_rule))  # no weighted mean
     try:
-        assert AGGREGATORS.names()[-1] == "median"
+        assert AGGREGATORS["median"].modes == ("none",)  # no weighing: mode none only
         cfg = ServerConfig("median", "none", None, 1e-5, 1.0, "l2", "analytic", seed=0)
         base = {"a.weight": np.zeros(3), "a.bias": np.zeros(2)}
         local = [
@@ -110,7 +110,7 @@ def test_a_toy_median_aggregator_goes_through_the_server():
         assert method_label(key) == "Median"
         assert SPEC.invalid(key) is None and SPEC.invalid({**key, "eps": "1"}) is not None
     finally:
-        AGGREGATORS.remove("median")
+        RULES.remove("median")
     assert "median" not in AGGREGATORS
     with pytest.raises(ValueError, match="unknown fets aggregator 'median'"):
         ServerConfig("median", "none", None, 1e-5, 1.0, "l2", "analytic", seed=0)
@@ -119,3 +119,68 @@ def test_a_toy_median_aggregator_goes_through_the_server():
 def test_dp_modes_say_what_privacy_json_claims():
     assert [DP_MODES[m].guarantee for m in DP_MODES] == ["none", "paper-approximation", "dp"]
     assert [DP_MODES[m].private for m in DP_MODES] == [False, True, True]
+
+
+def _squared_sizes(clipped, weights, distance):
+    """A toy weighing: α_i = W_i² / Σ W²."""
+    w = np.asarray(weights, dtype=np.float64) ** 2
+    return w / w.sum()
+
+
+def test_a_toy_rule_in_one_entry_runs_under_every_dp_mode_that_accepts_it():
+    """One `RULES` entry gives the aggregators `toy` (mode none) and `dp_toy` (mode sound, the
+    rule declares its sensitivity; paper needs the paper's rule): the server's aggregates equal
+    the weighted mean by hand, and clip-then-mean plus numpy noise at the calibrated σ."""
+    rule = AggregationRule("Toy", 7, weigh=_squared_sizes, sensitivity=lambda c, m: 2.0 * c,
+                           dp_weighting="squared data-size weights, Delta f = 2C")  # fmt: skip
+    base = {"a.weight": np.array([1.0, -1.0, 0.5]), "a.bias": np.array([0.0, 2.0])}
+    updates = np.array([[3.0, 4.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0, 1.0],
+                        [6.0, 0.0, 0.0, 8.0, 0.0]])  # norms 5, √3, 10  # fmt: skip
+    sizes = np.array([1.0, 2.0, 3.0])
+    flat = np.r_[base["a.weight"], base["a.bias"]]
+    local = [(str(i), {"a.weight": flat[:3] + u[:3], "a.bias": flat[3:] + u[3:]}, w)
+             for i, (u, w) in enumerate(zip(updates, sizes, strict=True))]  # fmt: skip
+    alpha = sizes**2 / (sizes**2).sum()
+    RULES.add("toy", rule)
+    try:
+        assert AGGREGATORS["toy"].modes == ("none",) and AGGREGATORS["dp_toy"].modes == ("sound",)
+        assert [m for m in DP_MODES if DP_MODES[m].accepts(rule)] == ["none", "sound"]
+        with pytest.raises(ValueError, match="has no DP mode 'paper'"):
+            ServerConfig("dp_toy", "paper", 1.0, 1e-5, 1.0, "l2", "analytic", seed=0)
+
+        plain = ServerConfig("toy", "none", None, 1e-5, 1.0, "l2", "analytic", seed=0)
+        new, mech = Server(plain).aggregate(base, local, fl_round=1)
+        want = flat + alpha @ updates  # Σ α_i x_i = o + Σ α_i u_i, as Σ α = 1
+        assert mech is None
+        assert np.allclose(np.r_[new["a.weight"], new["a.bias"]], want, rtol=0, atol=1e-12)
+
+        c, eps0, delta0 = 4.0, 1.0, 1e-5
+        cfg = ServerConfig("dp_toy", "sound", eps0, delta0, c, "l2", "analytic", seed=0)
+
+        class NumpyNoise(Server):
+            def generator(self, fl_round):
+                return np.random.default_rng(11)
+
+        new, mech = NumpyNoise(cfg).aggregate(base, local, fl_round=1)
+        norms = np.linalg.norm(updates, axis=1)
+        clipped = updates * np.minimum(1.0, c / norms)[:, None]
+        sigma = analytic_sigma(2.0 * c, eps0, delta0)
+        noise = np.random.default_rng(11).standard_normal(5)
+        want = flat + alpha @ clipped + sigma * noise
+        assert mech.delta_f == 2.0 * c and mech.sigma == pytest.approx(sigma, rel=1e-12)
+        assert np.allclose(np.r_[new["a.weight"], new["a.bias"]], want, rtol=0, atol=1e-12)
+        assert np.allclose(mech.alpha, alpha)
+
+        key = {"aggregator": "dp_toy", "dpmode": "sound", "eps": "1", "seed": "0"}
+        assert method_label(key) == "DP-Toy eps0=1" and SPEC.invalid(key) is None
+        last = {"mechanisms": 1, "delta_f": mech.delta_f, "sigma": mech.sigma,
+                "noise_multiplier": mech.noise_multiplier, "eps_basic_cum": 3.0,
+                "eps_rdp_cum": math.inf}  # fmt: skip
+        record = privacy_record(cfg, 3, last)
+        assert record.guarantee == "dp" and record.mechanism.startswith(
+            "DP-Toy: whole-model updates clipped jointly to C, squared data-size weights, "
+            "Delta f = 2C; one Gaussian mechanism per round"
+        )
+    finally:
+        RULES.remove("toy")
+    assert "toy" not in AGGREGATORS and "dp_toy" not in AGGREGATORS

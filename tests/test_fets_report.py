@@ -14,8 +14,8 @@ from scipy import stats
 from dpmed.data import fets
 from dpmed.data.synthetic import fets as synthetic_fets
 from dpmed.fets.brats import DICE_KEYS
+from dpmed.fets.outputs import REPORTS
 from dpmed.fets.report import figure2, table2
-from dpmed.fets.spec import REPORTS
 
 
 @pytest.fixture(scope="module")

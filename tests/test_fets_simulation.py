@@ -15,11 +15,13 @@ from conftest import Killed, phase_kills, save_then_die
 from dpmed.data import fets
 from dpmed.data.synthetic import fets as synthetic_fets
 from dpmed.fets import run as fets_run
-from dpmed.fets.aggregation import AGGREGATORS, register_aggregator
+from dpmed.fets.aggregation import AGGREGATORS
+from dpmed.fets.aggregators import RULES, AggregationRule
 from dpmed.fets.brats import subject_scores
+from dpmed.fets.outputs import RUN_FILES
 from dpmed.fets.report import table2
 from dpmed.fets.run import run
-from dpmed.fets.spec import RUN_FILES, SPEC
+from dpmed.fets.spec import SPEC
 from dpmed.fets.timing import ConvergenceScore
 from dpmed.runtime import JobContext
 
@@ -186,10 +188,10 @@ def test_a_registered_toy_aggregator_runs_end_to_end(processed, tmp_path, monkey
     """A coordinate-wise median registered for this test only: grid validity, server, privacy
     record and report all take it from the registry."""
 
-    @register_aggregator("median", "none", label="Median", order=5)
     def median_rule(local, tensor_name, cfg):
         return np.median(np.stack([t.tensor for t in local]), axis=0).astype(local[0].tensor.dtype)
 
+    RULES.add("median", AggregationRule("Median", 5, aggregate=median_rule))
     try:
         # Patterns are built when the spec is imported; a toy entry extends them by hand.
         monkeypatch.setitem(SPEC.patterns, "aggregator", AGGREGATORS.pattern())
@@ -203,5 +205,5 @@ def test_a_registered_toy_aggregator_runs_end_to_end(processed, tmp_path, monkey
         assert privacy["mechanism"] == "none (median, no noise)"
         assert table2([folder], tmp_path / "table2.csv")["method"].tolist() == ["Median"]
     finally:
-        AGGREGATORS.remove("median")
+        RULES.remove("median")
     assert "median" not in AGGREGATORS

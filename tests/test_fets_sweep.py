@@ -22,8 +22,11 @@ from dpmed import job_cost
 from dpmed.config.checks import check_config, load_configs
 from dpmed.config.grid import Grid, expand_study, wildcards_from_path
 from dpmed.fets import sweep_report
+from dpmed.fets.grid import aggregator_name, sweep_jobs, table_jobs
+from dpmed.fets.outputs import REPORTS
 from dpmed.fets.server import Server, ServerConfig
-from dpmed.fets.spec import REPORTS, SPEC, aggregator_name, sweep_jobs, table_jobs
+from dpmed.fets.spec import SPEC
+from dpmed.models import parameter_count
 
 SCHEMA = REPO / "config" / "schema.yaml"
 SMOKE = yaml.safe_load(SMOKE_CONFIG.read_text())
@@ -231,7 +234,7 @@ def test_a_sweep_jobs_cost_counts_its_collaborators_per_round():
     (mem6, time6), (mem33, time33) = cost[0.2], cost[1.0]
     assert time33["train"] == pytest.approx(time6["train"] * 33 / 6)  # m local trainings
     assert time33["val"] == pytest.approx(time6["val"])  # every collaborator validates
-    params = job_cost.parameter_count("resunet3d", in_channels=4, n_classes=4, base_filters=4,
+    params = parameter_count("resunet3d", in_channels=4, n_classes=4, base_filters=4,
                                       depth=2, norm="group")  # fmt: skip
     assert mem33["host"] - mem6["host"] == pytest.approx((33 - 6) * params * 8 / 1e6)
 

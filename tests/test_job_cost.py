@@ -13,6 +13,7 @@ from snakemake.utils import update_config
 from dpmed import job_cost
 from dpmed.config.checks import check_config, load_configs
 from dpmed.preflight.run import FIT_MARGIN
+from dpmed.sizing import sized_rules
 
 SCHEMA = REPO / "config" / "schema.yaml"
 
@@ -40,8 +41,9 @@ def fitted(monkeypatch):
                        "act_volume": 1.0, "act_resnet18": 10.0, "act_private": 0.0,
                        "act_adaptive": 0.0},
                "time": {"const": 6.0, "work_unet": 100.0, "work_unetpp": 300.0, "train": 1.0,
-                        "val": 1.0, "work_resnet18": 1.0, "road": 1.0}}
-        for rule in job_cost.RULES
+                        "val": 1.0, "aggregate": 1.0, "work_resnet18": 1.0, "round": 1.0,
+                        "road": 1.0}}
+        for rule in sized_rules()
     }  # fmt: skip
     monkeypatch.setattr(job_cost, "coefficients", lambda: {"rules": rules})
     return rules
@@ -112,11 +114,13 @@ def test_a_model_without_a_fitted_coefficient_is_priced_as_the_dearest(fitted):
 
 
 def test_private_jobs_count_per_sample_gradients():
+    from dpmed.models import parameter_count
+
     config, wc, hp = seg_job()
     private, _ = job_cost.features("seg_train", config, wc, hp)
     public, _ = job_cost.features("seg_train", config, {**wc, "clip": "none"}, hp)
-    params = job_cost.parameter_count("unet", in_channels=1, n_classes=9, width=hp["width"],
-                                      depth=hp["depth"])  # fmt: skip
+    params = parameter_count("unet", in_channels=1, n_classes=9, width=hp["width"],
+                             depth=hp["depth"])  # fmt: skip
     per_sample = 2 * hp["batch_size"] * params * 4 / 1e6
     assert private["device"] - public["device"] == pytest.approx(per_sample)
     assert private["host"] == public["host"]
@@ -173,7 +177,7 @@ def test_memory_fit_is_the_least_upper_envelope_and_time_a_least_squares_fit(see
 def test_smoke_jobs_fit_a_small_node_and_ask_less_than_paper_jobs():
     smoke = requests(True, device="auto")  # as on a cluster: GPU rules ask for a GPU
     paper = requests(False)
-    for rule in job_cost.RULES:
+    for rule in sized_rules():
         small, large = smoke[rule], paper[rule]
         assert max(r.mem_mb for r in small) <= 16000, rule  # a 22 GB test node takes them
         assert max(r.mem_mb for r in small) < max(r.mem_mb for r in large), rule
@@ -206,7 +210,51 @@ def test_refit_with_one_reprobed_cell_keeps_the_other_preflight_points(monkeypat
     monkeypatch.setattr(
         bench, "cost_points", lambda _folder: {"seg_train": [point("b", 2.0, 130.0)]}
     )
+    monkeypatch.setattr(bench, "features_of", lambda _rule, p: (p["mem"], p["time"]))
     bench.refit_with_preflight(saved, [tmp_path])
     points = saved["rules"]["seg_train"]["points"]
     assert sorted((p["cell"], p["measured"]["mem"]) for p in points) == [("a", 110.0), ("b", 130.0)]
     assert saved["preflight_fit"]["points"] == {"seg_train": 2}
+
+
+SIZING_LAYER = ("src/dpmed/job_cost.py", "src/dpmed/sizing.py", "src/dpmed/preflight/cells.py",
+                "src/dpmed/preflight/cost.py", "src/dpmed/preflight/points.py",
+                "src/dpmed/preflight/report.py", "src/dpmed/preflight/run.py")  # fmt: skip
+
+
+def test_the_sizing_layer_imports_no_study_package():
+    """job_cost and the preflight's cost, cells, points and report reach a study's sizing only
+    through the study registry (`StudySpec.sizing`), never by importing `dpmed.seg`,
+    `dpmed.fets` or `dpmed.xcal`, not even inside a function."""
+    import ast
+
+    from dpmed.studies import STUDIES
+
+    packages = {f"dpmed.{study}" for study in STUDIES}
+    found = []
+    for path in SIZING_LAYER:
+        for node in ast.walk(ast.parse((REPO / path).read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            found += [(path, n) for n in names if n.split(".")[:2] and
+                      ".".join(n.split(".")[:2]) in packages]  # fmt: skip
+    assert found == []
+
+
+def test_a_dataset_registered_once_is_sized():
+    """A seg dataset added to the dataset registry (here: Duke's entry under another name, with
+    Duke's config block) is sized from its registered facts, as Duke is; job_cost once kept
+    its own per-dataset facts and failed on it (KeyError 'n_slices')."""
+    from dpmed.data.registry import DATASET_REGISTRY
+
+    config, wc, hp = seg_job()
+    config["data"]["toyoct"] = config["data"]["duke"]
+    DATASET_REGISTRY.add("toyoct", DATASET_REGISTRY["duke"])
+    try:
+        toy = job_cost.request("seg_train", config, {**wc, "dataset": "toyoct"}, hp)
+    finally:
+        DATASET_REGISTRY.remove("toyoct")
+    assert toy == job_cost.request("seg_train", config, wc, hp)

@@ -22,15 +22,15 @@ from conftest import run_snakemake
 from dpmed import job_cost
 from dpmed.config.checks import REPO, check_config, load_configs
 from dpmed.config.wildcards import parse_eps
-from dpmed.preflight import cost as cost_rules
 from dpmed.preflight.calibrate import calibrate
 from dpmed.preflight.cells import (
-    STUDY_RULES,
     distinct_cells,
     nearest,
     probe_key,
     sample_cells,
+    study_rules,
 )
+from dpmed.preflight.cost import measured_seconds
 from dpmed.preflight.points import cost_points
 from dpmed.preflight.probe import run_probe
 from dpmed.preflight.report import NO_GPU, cost_frame
@@ -210,42 +210,43 @@ def test_every_paper_eps_calibrates():
 
 
 def test_cost_arithmetic_by_hand():
+    from dpmed.fets.sizing import partitions
+
     config = load_configs([PAPER])
     data = config["data"]
     m = {"seconds_per_step": 2.0, "eval_seconds_per_batch": 0.5, "attack_seconds_per_batch": 0.25,
-         "attack_batch": 8, "round_overhead_seconds": 1.0, "eval_seconds": 3.0,
-         "road_seconds": 7.0, "aggregate_seconds": 4.0, "val_seconds_per_volume": 10.0}  # fmt: skip
-    hp = {"batch_size": 8, "epochs": 50}
+         "round_overhead_seconds": 1.0, "eval_seconds": 3.0, "road_seconds": 7.0,
+         "aggregate_seconds": 4.0, "updates": 6, "val_seconds_per_volume": 10.0}  # fmt: skip
+    hp = config["seg"]["defaults"] | {"batch_size": 8, "epochs": 50}
     # Duke: 10 subjects split 6/2/2, 11 images each → 66/22/22 images; q = 8/66, ⌊1/q⌋ = 8.
-    wc = {"dataset": "duke", "clip": "flat", "eps": "200"}
-    steps, seconds = cost_rules.seg_train_seconds(data, wc, hp, m)
+    wc = {"dataset": "duke", "model": "unet", "clip": "flat", "morph": "none", "eps": "200"}
+    steps, seconds = measured_seconds("seg_train", data, wc, hp, m)
     assert steps == 50 * 8
     assert seconds == pytest.approx(400 * 2.0 + (51 * 3 + 3) * 0.5)
     # non-private: ⌈66/8⌉ = 9 batches per epoch
-    assert cost_rules.seg_train_seconds(data, wc | {"clip": "none", "eps": "inf"}, hp, m)[0] == 450
+    assert measured_seconds("seg_train", data, wc | {"clip": "none", "eps": "inf"}, hp, m)[0] == 450
     # attack: 2·min(66, 44) = 88 images in batches of 8 → 11 batches
-    assert cost_rules.seg_attack_seconds(data, wc, hp, m) == (11, pytest.approx(11 * 0.25))
+    assert measured_seconds("seg_attack", data, wc, hp, m) == (11, pytest.approx(11 * 0.25))
     # xcal: bloodmnist 11959 train images, 10 clients, batch 64 → ⌈1195.9/64⌉ = 19 steps
-    xhp = {"rounds": 30, "clients_per_round": 10, "local_epochs": 1, "batch_size": 64,
-           "road_every": 5}  # fmt: skip
-    steps, seconds = cost_rules.xcal_train_seconds(
-        data, {"dataset": "bloodmnist", "clients": "10"}, xhp, m
-    )
+    xhp = config["xcal"]["defaults"] | {"rounds": 30, "clients_per_round": 10, "local_epochs": 1,
+                                        "batch_size": 64, "road_every": 5}  # fmt: skip
+    xwc = {"dataset": "bloodmnist", "model": "resnet18", "clients": "10"}
+    steps, seconds = measured_seconds("xcal_train", data, xwc, xhp, m)
     assert steps == 30 * 10 * 19
     # ROAD every 5th of 30 rounds (6), plus the random-saliency baseline once at the end
     assert seconds == pytest.approx(5700 * 2.0 + 30 * (10 * 1.0 + 3.0) + (6 + 1) * 7.0)
     # fets: 33 partitions of the real sizes (1251 subjects), val = max(1, round(0.2 n))
-    train, val = cost_rules.fets_partitions(data)
+    train, val = partitions(data)
     assert sum(train) + sum(val) == 1251 and len(val) == 33
     assert val[0] == 34 and val[3] == 1  # 170 → 34; 6 → 1
-    fhp = {"rounds": 20, "participation": 0.2, "local_epochs": 1, "patches_per_subject": 1,
-           "batch_size": 1}  # fmt: skip
-    steps, seconds = cost_rules.fets_train_seconds(data, {}, fhp, m)
+    fhp = config["fets"]["defaults"] | {"rounds": 20, "participation": 0.2, "local_epochs": 1,
+                                        "patches_per_subject": 1, "batch_size": 1}  # fmt: skip
+    steps, seconds = measured_seconds("fets_train", data, {}, fhp, m)
     per = math.ceil(sum(train) / 33)
     assert steps == 20 * 6 * per
     assert seconds == pytest.approx(steps * 2.0 + 20 * 4.0 + 21 * sum(val) * 10.0)
     # an aggregate timed on 3 updates is scaled to the 6 a round holds: 8 s per round
-    scaled = cost_rules.fets_train_seconds(data, {}, fhp, m | {"updates": 3})[1]
+    scaled = measured_seconds("fets_train", data, {}, fhp, m | {"updates": 3})[1]
     assert scaled == pytest.approx(seconds + 20 * 4.0)
 
 
@@ -285,7 +286,8 @@ def test_cells_without_the_attack_are_not_priced_for_it():
     cell = next(c for c in cells if c.job.wc["model"] == "unet")
     cal = [Calibration(e, None, None, None, None) for e in cell.eps]
     rows = cell_rows(config, cell, cal, m | {"peak_rss_mb": 1.0})
-    by_rule = {r: sum(row["jobs"] for row in rows if row["rule"] == r) for r in STUDY_RULES["seg"]}
+    by_rule = {r: sum(row["jobs"] for row in rows if row["rule"] == r)
+               for r in study_rules()["seg"]}  # fmt: skip
     assert by_rule == {"seg_train": len(cell.jobs), "seg_attack": len(cell.jobs) * 2 // 3}
 
 
@@ -338,7 +340,7 @@ def test_sample_preflight_runs_every_model_method_and_eps(tmp_path):
     # the sample projects every cell of the grid, each from a probed one
     grid = _grid(load_configs([PAPER, tmp_path / "reduced.yaml"]))
     assert (costs["cell"] != "total").sum() == sum(
-        len(STUDY_RULES[c.study]) for c in distinct_cells(grid)
+        len(study_rules()[c.study]) for c in distinct_cells(grid)
     )
     assert set(costs["measured_by"].dropna()) <= set(table["cell"])
     assert (out / "cost.png").is_file() and (out / "cost.pdf").is_file()

@@ -1,5 +1,5 @@
 """One-run privacy audits of fets cells with canary collaborator updates
-(`dpmed.privacy.audit.fets`): the canaries' local states, that they reach the real server as
+(`dpmed.fets.audit`): the canaries' local states, that they reach the real server as
 more collaborators of the round, scaled noise, and the audits of sound DP-SimAgg, DP-FedAvg and
 paper mode: perfect separation without noise, DP-FedAvg's bound above its claim at a tenth of
 its noise, and every bound at the configured noise below the claim in seeded trials."""
@@ -19,10 +19,11 @@ from dpmed.data import fets
 from dpmed.data.synthetic import fets as synthetic_fets
 from dpmed.fets import run as fets_run
 from dpmed.fets.aggregation import dp_fedavg, flatten_state
+from dpmed.fets.audit import AuditServer, UpdateCanaries
+from dpmed.fets.audit import audit_cell as audit_fets_cell
 from dpmed.fets.round_tensors import RoundTensors
 from dpmed.fets.server import Server, ServerConfig
-from dpmed.privacy.audit.fets import AuditServer, UpdateCanaries
-from dpmed.privacy.audit.runs import AUDIT_FILE, audit_cell, audit_fets_cell, main
+from dpmed.privacy.audit.runs import AUDIT_FILE, audit_cell, main
 from dpmed.privacy.normals import NormalSource
 from dpmed.runtime import JobContext
 
@@ -37,15 +38,19 @@ PARAMS = {
 M = 500  # canaries: all 400 guesses correct bound ε by ≈ 4.31 at 95 % with δ = 3e-5
 
 
-@pytest.fixture(scope="module")
-def processed(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("audit_fets")
+def fets_processed(root: Path) -> Path:
+    """A tiny processed FeTS folder (2 partitions of the synthetic generator, 24×24×16)."""
     cfg = {"raw": "synthetic", "partitioning": "partitioning_2.csv", "val_fraction": 0.2,
            "split_seed": 0, "synthetic": {"shape": [24, 24, 16], "subjects_scale": 0.03,
                                           "seed": 0}}  # fmt: skip
     synthetic_fets.generate(root / "raw", "fets", cfg, seed=0)
     fets.preprocess(root / "raw", root / "processed", "fets", cfg)
     return root / "processed"
+
+
+@pytest.fixture(scope="module")
+def processed(tmp_path_factory) -> Path:
+    return fets_processed(tmp_path_factory.mktemp("audit_fets"))
 
 
 def fets_job(

@@ -18,23 +18,19 @@ from conftest import REPO, SEG_PARAMS, XCAL_PARAMS, xcal_processed
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from dpmed.privacy.audit import seg as seg_audit
+from dpmed.privacy.audit.cell import canary_norm
 from dpmed.privacy.audit.dirac import DiracCanaries, flat_parameters
-from dpmed.privacy.audit.runs import (
-    AUDIT_FILE,
-    InputCanaries,
-    audit_cell,
-    audit_seg_cell,
-    audit_xcal_cell,
-    canary_norm,
-    main,
-)
-from dpmed.privacy.audit.seg import SegInputCanaries
+from dpmed.privacy.audit.runs import AUDIT_FILE, audit_cell, main
 from dpmed.privacy.clipping import ClipRule
 from dpmed.privacy.dpsgd import ScaledPrivacyEngine
 from dpmed.runtime import JobContext
+from dpmed.seg import audit as seg_audit
 from dpmed.seg import run as seg_run
+from dpmed.seg.audit import SegInputCanaries
+from dpmed.seg.audit import audit_cell as audit_seg_cell
 from dpmed.seg.data import load_seg_data
+from dpmed.xcal.audit import InputCanaries
+from dpmed.xcal.audit import audit_cell as audit_xcal_cell
 from dpmed.xcal.run import load_split, to_tensor
 
 M = 500  # canaries: all 400 guesses correct bound ε by ≈ 4.39 at 95 %

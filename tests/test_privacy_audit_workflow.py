@@ -14,6 +14,7 @@ import math
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -30,6 +31,7 @@ from dpmed.errors import ConfigError
 from dpmed.privacy.record import PrivacyRecord
 from dpmed.report.privacy_audit import audit_table, run_audits, write_privacy_audit
 from dpmed.report.privacy_summary import privacy_summary
+from dpmed.studies import STUDIES
 
 SCHEMA = REPO / "config" / "schema.yaml"
 FLAT = "results/seg/duke/unet/flat/none/eps50/seed0"
@@ -112,11 +114,12 @@ def test_a_bad_audit_cell_fails_at_parse_time_naming_the_key(cells, key, message
 
 
 def test_settings_are_those_the_audit_runners_offer(monkeypatch):
-    from dpmed.privacy.audit.runs import SETTINGS
-
-    config = smoke_with([{"run": XCAL, "settings": list(SETTINGS["xcal"])}])
-    assert len(audit_jobs(config, check_config(config, SCHEMA))) == len(SETTINGS["xcal"])
-    monkeypatch.setattr(audit_config, "SETTINGS", {"seg": ("gradient",)})
+    settings = STUDIES["xcal"].audit.settings
+    config = smoke_with([{"run": XCAL, "settings": list(settings)}])
+    assert len(audit_jobs(config, check_config(config, SCHEMA))) == len(settings)
+    unaudited = {name: replace(spec, audit=None) if name == "xcal" else spec
+                 for name, spec in STUDIES.items()}  # fmt: skip
+    monkeypatch.setattr(audit_config, "STUDIES", unaudited)
     with pytest.raises(ConfigError, match="xcal has no privacy audit") as err:
         check_config(smoke_with([{"run": XCAL, "settings": ["gradient"]}]), SCHEMA)
     assert err.value.key == "audit.cells[0].run"

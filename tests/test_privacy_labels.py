@@ -23,7 +23,7 @@ from dpmed.fets.run import run as fets_run
 from dpmed.fets.server import Server, ServerConfig
 from dpmed.privacy.mechanisms import NOISE_OS_ENTROPY, NOISE_SEEDED
 from dpmed.runtime import JobContext
-from dpmed.seg.spec import ATTACK_FILE
+from dpmed.seg.outputs import ATTACK_FILE
 
 # A file named in a not_covered entry (the part before its first ": ").
 FILE = re.compile(r"[\w./-]+\.(?:csv|json|pt|npz)\b")

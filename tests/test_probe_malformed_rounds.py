@@ -21,6 +21,7 @@ from openfl.databases import TensorDB
 from openfl.utilities import TensorKey, change_tags
 
 from dpmed.fets import aggregation as agg
+from dpmed.fets import aggregators as rules
 from dpmed.fets import privacy as fets_privacy
 from dpmed.fets import round_tensors as rt
 from dpmed.fets import server as srv
@@ -252,7 +253,7 @@ def _call_adapter(fn, glob, local, cols=COLS, fl_round: int = 3):
     db = _db(glob, local, fl_round)
     out = {}
     for name in SHAPES:
-        tensors = [agg.LocalTensor(c, local[c][name], w)
+        tensors = [rules.LocalTensor(c, local[c][name], w)
                    for c, w in zip(COLS, WEIGHTS, strict=True) if c in cols]  # fmt: skip
         out[name] = fn(tensors, db, name, fl_round, None, None)
     return out

@@ -10,7 +10,7 @@ from conftest import SMOKE_CONFIG, loaded_workflow
 
 from dpmed.report.menu import menu_name
 from dpmed.report.outputs import ReportOutput
-from dpmed.seg import spec as seg_spec
+from dpmed.seg import outputs as seg_spec
 
 
 class _Job:

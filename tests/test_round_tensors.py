@@ -1,5 +1,5 @@
-"""The fets block passes (Gram matrix, combination) against direct float64 computations, and
-the server's normal draws."""
+"""The fets block passes (norms, Gram matrix, combination) against direct float64 computations
+on the whole vectors, across block boundaries and thread counts."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from dpmed import parallel
 from dpmed.fets import aggregation as agg
@@ -17,8 +16,10 @@ from dpmed.privacy import normals
 
 @pytest.fixture
 def small_blocks(monkeypatch):
-    """Blocks of 7 values, so a 50-value tensor spans 8 blocks, the last one partial."""
+    """Blocks of 7 columns (combination) and of 7 values over all rows (norms, Gram), so a
+    50-value tensor spans many blocks, the last one partial."""
     monkeypatch.setattr(rt, "BLOCK", 7)
+    monkeypatch.setattr(rt, "ROWS", 7)
 
 
 def _basis(xs, origin):
@@ -26,7 +27,7 @@ def _basis(xs, origin):
     return [xs[0] - o, *[x - xs[0] for x in xs[1:]], np.ones_like(xs[0])]
 
 
-@pytest.mark.parametrize("n", [1, 3, 4, 5])  # odd counts: the kernel's 2 × 2 tiles are padded
+@pytest.mark.parametrize("n", [1, 3, 4, 5])
 @pytest.mark.parametrize("with_origin", [False, True])
 def test_gram_is_the_basis_gram_matrix(small_blocks, with_origin, n):
     rng = np.random.default_rng(0)
@@ -44,26 +45,34 @@ def test_gram_is_the_basis_gram_matrix(small_blocks, with_origin, n):
     assert np.allclose(group.gram(scale), basis @ basis.T, rtol=1e-12)
 
 
-def test_many_collaborators_share_one_compiled_kernel(small_blocks):
-    """Many arrays (a privacy audit adds hundreds of canary updates to a round; here 70 and 75,
-    above `block_kernels.TUPLE_MAX`) go to the kernels as a typed list: two such counts reuse
-    one compilation, where a tuple compiled once per count (68 s for 506 arrays), and give the
-    basis Gram matrix and combination."""
-    from dpmed.fets import block_kernels as bk
-
+def test_many_collaborators_give_the_gram_matrix_and_combination(monkeypatch):
+    """A privacy audit adds hundreds of canary updates to a round: with 300 rows a block of
+    `ROWS` values spans few columns, and the passes still give the whole-vector results."""
+    monkeypatch.setattr(rt, "ROWS", 3000)
     rng = np.random.default_rng(3)
-    signatures = []
-    for n in (70, 75):
-        xs = [rng.standard_normal(30) for _ in range(n)]
-        origin = rng.standard_normal(30)
-        basis = np.stack(_basis(xs, origin))
-        group = rt.TensorGroup.of(xs, origin)
-        assert np.allclose(group.gram(), basis @ basis.T, rtol=1e-12)
-        beta = rng.random(n)
-        want = origin + sum(b * (x - origin) for b, x in zip(beta, xs, strict=True))
-        assert np.allclose(group.combine(beta), want, rtol=1e-12)
-        signatures.append((len(bk.gram_columns.signatures), len(bk.combine_columns.signatures)))
-    assert signatures[0] == signatures[1]
+    xs = [rng.standard_normal(30) for _ in range(300)]
+    origin = rng.standard_normal(30)
+    basis = np.stack(_basis(xs, origin))
+    group = rt.TensorGroup.of(xs, origin)
+    assert np.allclose(group.gram(), basis @ basis.T, rtol=1e-12)
+    beta = rng.random(300)
+    want = origin + sum(b * (x - origin) for b, x in zip(beta, xs, strict=True))
+    assert np.allclose(group.combine(beta), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_norms_show_non_finite_entries_and_float64_overflow(small_blocks, dtype):
+    """The server's screen reads NaN and infinite norms: a NaN entry gives NaN, an infinite
+    one or a square beyond float64's range infinity; float32 entries whose squares overflow
+    float32 still give the float64 norm."""
+    x = np.ones((4, 20), dtype)
+    x[0, 3], x[1, 17], x[3, 9] = np.nan, -np.inf, 1e20
+    if dtype == np.float64:
+        x[2, 0] = 1e200
+    sq = rt.RoundTensors.rows(x).sq_norms[:, 0]
+    assert np.isnan(sq[0]) and sq[1] == np.inf
+    assert sq[2] == (np.inf if dtype == np.float64 else 20.0)
+    assert sq[3] == pytest.approx(float(dtype(1e20)) ** 2 + 19, rel=1e-12)
 
 
 def test_norms_distances_and_sums_from_the_gram_matrix(small_blocks):
@@ -114,44 +123,6 @@ def test_round_tensors_refuse_mismatched_shapes():
         rt.RoundTensors.updates({"a.weight": np.zeros(3)}, [{"a.weight": np.zeros(4)}])
 
 
-def test_normal_source_is_reproducible_and_fresh_per_call(monkeypatch):
-    monkeypatch.setattr(normals, "BLOCK", 1000)
-    first = normals.NormalSource(7)
-    a, b = first.standard_normal(10_500), first.standard_normal(10_500)
-    again = normals.NormalSource(7).standard_normal(10_500)
-    assert np.array_equal(a, again) and not np.allclose(a, b)
-    monkeypatch.setattr(parallel, "pool", lambda: ThreadPoolExecutor(1))  # one thread
-    assert np.array_equal(normals.NormalSource(7).standard_normal(10_500), a)
-    f32 = normals.NormalSource(7).standard_normal((3, 5), dtype=np.float32)
-    assert f32.dtype == np.float32 and f32.shape == (3, 5)
-    with pytest.raises(ValueError, match="float16"):
-        first.standard_normal(3, dtype=np.float16)
-
-
-def test_normal_source_draws_standard_normals():
-    draws = normals.NormalSource(11).standard_normal(400_000, dtype=np.float32)
-    assert stats.kstest(draws, "norm").pvalue > 0.01
-    assert abs(draws.mean()) < 5 / np.sqrt(draws.size) and draws.std() == pytest.approx(1, 0.01)
-
-
-def _draw_in_child(queue):
-    queue.put(normals.NormalSource(5).standard_normal(3 * normals.BLOCK)[:3].tolist())
-
-
-def test_normal_source_works_in_a_forked_child():
-    """The parent's pool threads do not exist in a forked child: it gets a pool of its own."""
-    import multiprocessing
-
-    want = normals.NormalSource(5).standard_normal(3 * normals.BLOCK)[:3]  # the pool exists
-    ctx = multiprocessing.get_context("fork")
-    queue = ctx.Queue()
-    child = ctx.Process(target=_draw_in_child, args=(queue,))
-    child.start()
-    child.join(60)
-    assert not child.is_alive(), "the child hung on the parent's thread pool"
-    assert np.allclose(queue.get(timeout=5), want)
-
-
 def _model(rng, sizes, n, dtype=np.float32):
     """n local states and a global state of float tensors of `sizes`, updates ~1e-2."""
     glob = {f"t{i}": rng.standard_normal(size).astype(dtype) for i, size in enumerate(sizes)}
@@ -163,16 +134,16 @@ def _model(rng, sizes, n, dtype=np.float32):
 
 
 def test_float32_gram_over_many_sub_blocks_matches_float64(monkeypatch):
-    """Tensors longer than a kernel sub-block (1,024 columns) and a pass block, cut across
-    tensors: float32 arithmetic, float64 reference."""
+    """Float32 tensors, blocks cutting across tensors: float64 arithmetic, float64 reference."""
     monkeypatch.setattr(rt, "BLOCK", 3000)
+    monkeypatch.setattr(rt, "ROWS", 5 * 3000)
     glob, local = _model(np.random.default_rng(4), [5000, 2500, 7], 5)
     per_tensor = [
         _basis([s[k].astype(np.float64) for s in local], glob[k].astype(np.float64)) for k in glob
     ]
     basis = np.stack([np.concatenate([b[i] for b in per_tensor]) for i in range(6)])
     gram = rt.RoundTensors.updates(glob, local).gram()
-    assert np.allclose(gram, basis @ basis.T, rtol=1e-5, atol=1e-6 * np.abs(gram).max())
+    assert np.allclose(gram, basis @ basis.T, rtol=1e-12, atol=1e-12 * np.abs(gram).max())
 
 
 def test_combine_with_a_normal_draw_equals_combine_with_the_drawn_array(monkeypatch):
@@ -195,6 +166,7 @@ def test_combine_with_a_normal_draw_equals_combine_with_the_drawn_array(monkeypa
 
 def test_passes_give_the_same_bytes_on_one_thread_and_on_the_pool(monkeypatch):
     monkeypatch.setattr(rt, "BLOCK", 500)
+    monkeypatch.setattr(rt, "ROWS", 6 * 500)
     monkeypatch.setattr(normals, "BLOCK", 700)
     glob, local = _model(np.random.default_rng(6), [4000, 1234], 6)
     updates = rt.RoundTensors.updates(glob, local)
@@ -204,15 +176,10 @@ def test_passes_give_the_same_bytes_on_one_thread_and_on_the_pool(monkeypatch):
         return updates.gram(), updates.combine(np.full(6, 1 / 6), draw, 0.1)
 
     gram, combined = passes()
-    monkeypatch.setattr(parallel, "pool", lambda: ThreadPoolExecutor(1))
-    gram1, combined1 = passes()
-    assert np.array_equal(gram, gram1)
-    assert all(np.array_equal(combined[k], combined1[k]) for k in glob)
-
-
-def test_a_normal_draw_fills_only_its_own_block_shape():
-    draw = normals.NormalSource(1).draw(10, np.float32)
-    with pytest.raises(ValueError, match="block 0 is 10 float32 values"):
-        draw.fill(0, np.empty(9, np.float32))
-    with pytest.raises(ValueError, match="float16"):
-        normals.NormalSource(1).draw(3, np.float16)
+    norms = updates.sq_norms
+    for threads in (1, 3):
+        monkeypatch.setattr(parallel, "pool", lambda t=threads: ThreadPoolExecutor(t))
+        gram_t, combined_t = passes()
+        assert np.array_equal(gram, gram_t)
+        assert np.array_equal(norms, rt.RoundTensors.updates(glob, local).sq_norms)
+        assert all(np.array_equal(combined[k], combined_t[k]) for k in glob)

@@ -16,14 +16,14 @@ from tensorboardX.proto.event_pb2 import Event
 
 import dpmed
 from dpmed.errors import ConfigError
+from dpmed.fets import outputs as fets_spec
 from dpmed.fets import run as fets_run
-from dpmed.fets import spec as fets_spec
 from dpmed.runtime import RUN_CONFIG, JobContext
+from dpmed.seg import outputs as seg_spec
 from dpmed.seg import run as seg_run
-from dpmed.seg import spec as seg_spec
 from dpmed.tracking import TENSORBOARD_DIR, tracker
+from dpmed.xcal import outputs as xcal_spec
 from dpmed.xcal import run as xcal_run
-from dpmed.xcal import spec as xcal_spec
 
 SEG_WC = {"dataset": "duke", "model": "unet", "clip": "flat", "morph": "none", "eps": "50",
           "seed": "0"}  # fmt: skip

@@ -12,8 +12,9 @@ from conftest import REPO, SMOKE_CONFIG
 from dpmed.config.checks import check_config
 from dpmed.config.wildcards import parse_eps
 from dpmed.privacy.clipping import CLIP_RULES
+from dpmed.seg.grid import clip_overrides, clip_rule, is_paper_cell
 from dpmed.seg.morphology import morph_kind
-from dpmed.seg.spec import ATTACK_FILE, RUN_FILES, clip_overrides, clip_rule, is_paper_cell
+from dpmed.seg.outputs import ATTACK_FILE, RUN_FILES
 
 pytestmark = pytest.mark.slow
 

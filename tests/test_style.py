@@ -37,7 +37,7 @@ def test_no_file_cites_material_outside_the_repository():
         files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
         for path in files:
             if path.suffix in {".pyc", ".png", ".pdf", ".npz"} or "__pycache__" in path.parts:
-                continue  # binaries and build caches (numba's compiled kernels)
+                continue  # binaries and build caches
             for number, line in enumerate(path.read_text().splitlines(), 1):
                 if OUTSIDE_CITATIONS.search(line):
                     offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")

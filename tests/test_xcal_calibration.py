@@ -102,25 +102,28 @@ def test_random_control_draws_sigma_t_uniformly_in_the_band(seed, band):
     client = _client(RANDOM_CONTROL, seed)
     client.params = PARAMS | {"band": band}
     draws = np.array([XCalRandom().proposed_sigma(client, None) for _ in range(200)])
-    low, high = (1 - band) * client.sigma_ref, (1 + band) * client.sigma_ref
+    sigma_ref = client.method_state.sigma_ref
+    low, high = (1 - band) * sigma_ref, (1 + band) * sigma_ref
     assert np.all((draws >= low) & (draws <= high))
     # uniform on the band: the mean within 5 standard errors of its midpoint
-    assert abs(draws.mean() - client.sigma_ref) < 5 * (high - low) / math.sqrt(12 * 200)
+    assert abs(draws.mean() - sigma_ref) < 5 * (high - low) / math.sqrt(12 * 200)
 
 
 def test_random_control_is_accounted_as_xcal_fl_for_the_same_sigmas():
     xcal, control = _client("xcal"), _client(RANDOM_CONTROL)
+    own, other = xcal.method_state, control.method_state
     for field in ("sigma_ref", "sigma_signal", "budget_scale"):
-        assert getattr(xcal, field) == getattr(control, field)
-    assert (xcal.filter.order, xcal.filter.budget) == (control.filter.order, control.filter.budget)
+        assert getattr(own, field) == getattr(other, field)
+    assert (own.filter.order, own.filter.budget) == (other.filter.order, other.filter.budget)
     rng = np.random.default_rng(0)
-    sigmas = xcal.sigma_ref * rng.uniform(0.8, 1.2, xcal.total_steps)
+    sigmas = own.sigma_ref * rng.uniform(0.8, 1.2, xcal.total_steps)
+    admitted = []
     for client in (xcal, control):
-        admitted = [client.filter.admit(float(s)) for s in sigmas]
+        state = client.method_state
+        admitted.append([state.filter.admit(float(s)) for s in sigmas])
         client.rounds = 2
-        client.signal_ledger.charge(client.q, client.sigma_signal, client.total_steps)
-        client.admitted = admitted
-    assert xcal.admitted == control.admitted
-    np.testing.assert_array_equal(xcal.ledger.rdp, control.ledger.rdp)
+        state.signal_ledger.charge(client.q, state.sigma_signal, client.total_steps)
+    assert admitted[0] == admitted[1]
+    np.testing.assert_array_equal(own.ledger.rdp, other.ledger.rdp)
     assert control.epsilon() == xcal.epsilon() and control.epsilon() <= TARGET
     assert control.realised_epsilon() == xcal.realised_epsilon()

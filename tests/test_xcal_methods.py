@@ -4,6 +4,7 @@ registered in one place runs through the real runner."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -13,15 +14,15 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-import yaml
+import torch
 from conftest import SMOKE_CONFIG, XCAL_PARAMS, xcal_processed
 
 from dpmed.config.checks import check_config, load_configs
 from dpmed.config.study import StudySpec
-from dpmed.models import models_of_kind
 from dpmed.privacy.accounting import noise_multiplier
 from dpmed.runtime import JobContext
-from dpmed.xcal import spec
+from dpmed.xcal import grid as spec
+from dpmed.xcal import outputs
 from dpmed.xcal.methods import (
     METHODS,
     Method,
@@ -31,8 +32,9 @@ from dpmed.xcal.methods import (
     resolve,
     split_method,
 )
-from dpmed.xcal.run import run
+from dpmed.xcal.run import build_federation, run
 from dpmed.xcal.shifts import SHIFTS
+from dpmed.xcal.spec import SPEC
 
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = {**XCAL_PARAMS, "rounds": 1, "road_subsample": 4, "road_percentages": [0.5]}
@@ -43,13 +45,15 @@ def tiny(tmp_path_factory) -> Path:
     return xcal_processed(tmp_path_factory.mktemp("xcal_tiny"), [60, 10, 12])
 
 
-def _job(processed: Path, out: Path, method: str, eps: str, shift: str = "iid") -> JobContext:
+def _job(
+    processed: Path, out: Path, method: str, eps: str, shift: str = "iid", clients: str = "2"
+) -> JobContext:
     wc = {
         "dataset": "bloodmnist",
         "model": "resnet18",
         "method": method,
         "shift": shift,
-        "clients": "2",
+        "clients": clients,
         "eps": eps,
         "seed": "0",
     }
@@ -59,22 +63,8 @@ def _job(processed: Path, out: Path, method: str, eps: str, shift: str = "iid") 
 # ------------------------------------------------------------------ schema and spec
 
 
-def _xcal_grid_schema() -> dict:
-    schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
-    return schema["$defs"]["xcal"]["properties"]["grid"]["items"]["properties"]
-
-
-def test_schema_enums_are_the_registry_names_in_registry_order():
-    grid = _xcal_grid_schema()
-    assert grid["datasets"]["items"]["enum"] == list(spec.DATASETS)
-    assert grid["models"]["items"]["enum"] == list(models_of_kind("classifier"))
-    assert grid["shifts"]["items"]["enum"] == list(SHIFTS.names())
-    assert grid["methods"]["items"]["pattern"] == f"^({method_regex('(', ')')})$"
-    assert spec.DATASETS == ("bloodmnist", "pneumoniamnist", "dermamnist")
-
-
 def test_method_pattern_takes_a_preset_only_where_the_method_does():
-    pattern = spec.SPEC.patterns["method"]
+    pattern = SPEC.patterns["method"]
     for method in ("nondp", "centralized", "static", "agp", "agp-dp", "xcal", "xcal-logit"):
         assert re_full(pattern, method), method
     for method in ("static-logit", "xcal-", "xcalx", "dp", "agp-x", "agp-dp-x"):
@@ -112,15 +102,19 @@ def test_validity_rules_read_from_the_registry_keep_their_verdicts_and_reasons()
 def test_targets_list_run_files_with_model_pt_then_tables_and_figures():
     grid = check_config(load_configs([SMOKE_CONFIG]), REPO / "config" / "schema.yaml")
     job = next(iter(grid.jobs("xcal")))
-    assert spec.targets([]) == []
-    targets = spec.targets([job])
-    assert targets[: len(spec.RUN_FILES)] == [f"{job.path}/{f}" for f in spec.RUN_FILES]
+    assert outputs.targets([]) == []
+    targets = outputs.targets([job])
+    assert targets[: len(outputs.RUN_FILES)] == [f"{job.path}/{f}" for f in outputs.RUN_FILES]
     assert f"{job.path}/model.pt" in targets
     assert "results/measured/xcal_runtime.csv" in targets
-    assert {f"results/figures/{n}.png" for n in spec.FIGURES} <= set(targets)
-    assert set(spec.REPORT_GROUPS) == {*spec.TABLES, *spec.MEASURED_TABLES, *spec.FIGURES}
-    assert isinstance(spec.SPEC, StudySpec)
-    assert spec.SPEC.log("xcal_train") == (
+    assert {f"results/figures/{n}.png" for n in outputs.FIGURES} <= set(targets)
+    assert set(outputs.REPORT_GROUPS) == {
+        *outputs.TABLES,
+        *outputs.MEASURED_TABLES,
+        *outputs.FIGURES,
+    }
+    assert isinstance(SPEC, StudySpec)
+    assert SPEC.log("xcal_train") == (
         "logs/xcal_train/{dataset}/{model}/{method}/{shift}/c{clients}/eps{eps}/seed{seed}.log"
     )
 
@@ -172,7 +166,9 @@ class DoubleNoise(Method):
     mechanism: ClassVar[str] = "toy: DP-SGD at twice the calibrated sigma"
 
     def calibrate(self, client, epsilon):
-        client.sigma_ref = 2 * client.calibrated_sigma(epsilon, client.delta)
+        state = super().calibrate(client, epsilon)
+        state.sigma_ref *= 2
+        return state
 
 
 @pytest.fixture
@@ -220,3 +216,49 @@ def test_a_registered_toy_shift_runs_through_the_real_runner(tiny, tmp_path):
         SHIFTS.remove("first10")
     assert metrics["shift"] == "first10" and metrics["client_sizes"] == [10, 50]
     assert "first10" not in SHIFTS
+
+
+# ------------------------------------------------------------------ per-client state
+
+# What a client is, whatever its method: data, sampling, generators, counters, the audit hook
+# and the method's own state.
+CLIENT_ATTRIBUTES = {
+    "index", "x", "y", "method", "params", "cam_layer", "n", "steps_per_epoch", "q",
+    "total_steps", "sampler", "signal_sampler", "noise", "delta", "rounds", "stats", "audit",
+    "method_state",
+}  # fmt: skip
+
+
+def _attributes(obj: object) -> set[str]:
+    """The attributes set on `obj` itself: its `__dict__` and its filled slots."""
+    slots = {name for cls in type(obj).__mro__ for name in getattr(cls, "__slots__", ())}
+    return set(getattr(obj, "__dict__", {})) | {name for name in slots if hasattr(obj, name)}
+
+
+@pytest.mark.parametrize(
+    ("method", "eps", "clients"),
+    [("nondp", "inf", "2"), ("centralized", "2", "1"), ("static", "2", "2"), ("agp", "2", "2"),
+     ("agp-dp", "2", "2"), ("xcal", "2", "2"), ("xcal-random", "2", "2")],
+)  # fmt: skip
+def test_a_method_keeps_its_client_state_in_its_own_declared_type(
+    tiny, tmp_path, method, eps, clients
+):
+    """Training and a checkpoint round trip set nothing on a client beyond what every client
+    has; the method's state holds exactly the fields its type declares (none when
+    non-private) and takes no other."""
+    fed = build_federation(_job(tiny, tmp_path, method, eps, clients=clients), torch.device("cpu"))
+    global_state = {k: v.detach().clone() for k, v in fed.net.state_dict().items()}
+    for client in fed.clients:
+        client.train_round(fed.net, fed.wrapped, global_state)
+        client.load_state(client.state())
+        client.train_round(fed.net, fed.wrapped, global_state)
+        assert _attributes(client) == CLIENT_ATTRIBUTES
+        state = client.method_state
+        if not fed.method.dp:
+            assert state is None
+            continue
+        assert dataclasses.is_dataclass(state)
+        assert _attributes(state) == {f.name for f in dataclasses.fields(state)}
+        with pytest.raises(AttributeError):
+            state.undeclared = 0.0
+        assert fed.method.reference_sigma(client) == state.sigma_ref > 0

@@ -11,7 +11,7 @@ from torch import nn
 from dpmed.models import build_model, load_model, save_model
 from dpmed.models.classifiers import feature_sizes, gradcam_layer
 from dpmed.privacy.dpsgd import wrap_per_sample
-from dpmed.xcal.spec import MODELS
+from dpmed.xcal.grid import MODELS
 
 
 def classifier(name, in_channels, n_classes, image_size, width_scale=1.0):

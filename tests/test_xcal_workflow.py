@@ -12,10 +12,11 @@ from conftest import REPO, SMOKE_CONFIG
 
 from dpmed.config.checks import check_config
 from dpmed.config.wildcards import parse_eps
+from dpmed.xcal.grid import MODELS
 from dpmed.xcal.methods import METHODS, split_method
+from dpmed.xcal.outputs import FIGURES, RUN_FILES, TABLES
 from dpmed.xcal.report import CONTROL_LABEL
 from dpmed.xcal.shifts import SHIFTS
-from dpmed.xcal.spec import FIGURES, MODELS, RUN_FILES, TABLES
 
 pytestmark = pytest.mark.slow
 

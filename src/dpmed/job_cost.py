@@ -2,18 +2,23 @@
 the job's settings, so a smoke job asks for what a smoke job needs and a paper job for what a
 paper job needs.
 
-Each rule has a linear cost model over a few workload features computed from the config
-(`features`): peak memory = Σ coefficient × memory feature, wall time = Σ coefficient × time
-feature. The coefficients are fitted on peaks and times measured by running the real job scripts
-at several small sizes on CPU, and on the peaks and projected times a preflight measured at the
-paper's sizes (`bench/job_cost.py [--preflight DIR]`, which writes `job_cost.json` beside this
-module with the measured points): memory as the least upper envelope of the measured peaks
-(every one at or below its prediction, so each measured job's request is at least `MEM_MARGIN`
-× its peak), time by non-negative least squares. Memory has fitted terms
-(the interpreter and libraries, `const`; activations per model, `act_*`, and for seg what
-DP-SGD's per-sample gradients and adaptive DP-Morph hold beside them) and terms whose size is
-known exactly: `host` (the arrays a job holds, host-side model states) and `device` (weights,
-gradients, optimiser moments and DP-SGD's per-sample gradients).
+Each registered study sizes its own rules (`StudySpec.sizing`, a `dpmed.sizing.StudySizing`
+in `<study>/sizing.py`); this module iterates over the study registry and never names a
+study. Peak memory = Σ coefficient × memory feature. Time follows the one runtime model the
+preflight shares (`dpmed.sizing`): Σ count × seconds of one unit over the job's units of work
+(training steps, evaluation batches, aggregated updates, ROAD passes, ...), where the fitted
+seconds of a unit are its term's coefficient × the unit's work `size` (the preflight uses its
+measured seconds instead); the time features are therefore Σ count × size per term, plus a
+constant. The coefficients are fitted on peaks and times measured by running the real job
+scripts at several small sizes on CPU, and on the peaks and projected times a preflight
+measured at the paper's sizes (`bench/job_cost.py [--preflight DIR]`, which writes
+`job_cost.json` beside this module with the measured points): memory as the least upper
+envelope of the measured peaks (every one at or below its prediction, so each measured job's
+request is at least `MEM_MARGIN` × its peak), time by non-negative least squares. Memory has
+fitted terms (the interpreter and libraries, `const`; activations per model, `act_*`, and for
+seg what DP-SGD's per-sample gradients and adaptive DP-Morph hold beside them) and terms whose
+size is known exactly: `host` (the arrays a job holds, host-side model states) and `device`
+(weights, gradients, optimiser moments and DP-SGD's per-sample gradients).
 
 SLURM's `--mem` is host memory. A CPU job asks for all of it; a job that asks for a GPU keeps
 activations and gradients on the device, so it asks for the host part plus `CUDA_HOST_MB` for
@@ -39,11 +44,13 @@ import json
 import math
 import sys
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from dpmed.sizing import RuleSizing, Work, sized_rules, study_sizing
 
 if TYPE_CHECKING:
     from dpmed.config.grid import Grid
@@ -56,13 +63,6 @@ MEM_FLOOR_MB = 2000
 CUDA_HOST_MB = 3000  # host memory of the CUDA runtime, cuDNN and cuBLAS in a torch process
 MEM_GROWTH = 1.5  # per retry
 TIME_GROWTH = 2.0  # per retry
-MB = 1e6
-FLOAT = 4  # bytes of a float32
-# Classes and input channels the studies build their networks with (no data read at DAG time).
-SEG_CLASSES = {"duke": 9, "umn": 2, "covidct": 2}  # labels incl. background
-SEG_ARCHITECTURE = ("width", "depth", "deep_supervision", "backbone_weights")
-XCAL_CLASSES = {"bloodmnist": (8, 3), "pneumoniamnist": (2, 1), "dermamnist": (7, 3)}
-FETS_CLASSES, FETS_CHANNELS, FETS_SUBJECTS, FETS_PARTITIONS = 4, 4, 1251, 33
 
 
 @dataclass(frozen=True)
@@ -79,144 +79,29 @@ class Request:
     uncapped_mem_mb: int = 0
 
 
-@cache
-def parameter_count(model: str, **arguments: Any) -> int:
-    """Trainable parameters of registry model `model` built with `arguments` (built once per
-    distinct architecture; torch is imported only here)."""
-    from dpmed.models import build_model, model_arguments
-
-    net = build_model(model, **model_arguments(model, arguments))
-    return sum(p.numel() for p in net.parameters() if p.requires_grad)
+def rule_sizing(rule: str) -> RuleSizing:
+    """The sizing of `rule` (a rule of some registered study)."""
+    return study_sizing(sized_rules()[rule]).rules[rule]
 
 
-def _seg_images(data: Mapping[str, Any], dataset: str) -> tuple[int, int]:
-    """(all images, training images) of a seg dataset, from its `synthetic` sizes (the real
-    datasets' sizes in config/config.yaml) and its split."""
-    syn = data[dataset]["synthetic"]
-    if dataset == "duke":
-        total = syn["n_subjects"] * syn["n_annotated"]
-    elif dataset == "umn":
-        total = syn["n_subjects"] * syn["n_bscans"]
-    else:
-        total = syn["n_slices"]
-    return total, max(1, math.floor(total * data[dataset]["split"][0]))
-
-
-def _seg(config: Mapping[str, Any], wc: Mapping[str, str], hp: Mapping[str, Any]) -> dict:
-    from dpmed.seg.spec import forward_batch_size
-
-    dataset, model = wc["dataset"], wc["model"]
-    height, width = config["data"][dataset]["size"]
-    pixels = height * width
-    total, train = _seg_images(config["data"], dataset)
-    architecture = {key: hp[key] for key in SEG_ARCHITECTURE if key in hp}
-    params = parameter_count(model, in_channels=1, n_classes=SEG_CLASSES[dataset], **architecture)
-    private = wc["clip"] != "none"
-    # one forward/backward pass holds at most `physical_batch` images (the seg runner's chunks)
-    batch = forward_batch_size(hp)
-    chunked = batch < hp["batch_size"]
-    work = pixels * hp["width"] ** 2 / 1e9
-    activations = batch * pixels * hp["width"] / MB
-    mem = {
-        "const": 1.0,
-        f"act_{model}": activations,
-        # what DP-SGD's per-sample gradient computation and adaptive DP-Morph hold beside the
-        # activations of ordinary training (measured at the paper's sizes by the preflight)
-        "act_private": activations if private else 0.0,
-        "act_adaptive": activations if wc["morph"].startswith("adaptive") else 0.0,
-        "host": total * pixels * (FLOAT + 8) / MB,  # images (float32) and masks (int64)
-        # per-sample gradients and their clipped copy, weights, gradient, two Adam moments;
-        # chunks also keep the batch's clipped and unclipped sums
-        "device": ((2 * batch if private else 0) + 4 + 2 * chunked) * params * FLOAT / MB,
-    }
-    return {
-        "mem": mem,
-        "time": {"const": 1.0, f"work_{model}": hp["epochs"] * (train + total) * work},
-        # the attack only scores the trained model: its weights, no gradients
-        "attack_mem": {**mem, "device": params * FLOAT / MB},
-        "attack_time": {"const": 1.0, f"work_{model}": total * work},
-    }
-
-
-def _fets(config: Mapping[str, Any], wc: Mapping[str, str], hp: Mapping[str, Any]) -> dict:
-    data = config["data"]["fets"]
-    subjects = max(FETS_PARTITIONS * 2, FETS_SUBJECTS * data["synthetic"]["subjects_scale"])
-    chosen = max(1, math.floor(hp["participation"] * FETS_PARTITIONS + 1e-9))  # as selection
-    per_partition = subjects / FETS_PARTITIONS
-    patch = math.prod(hp["patch_size"])
-    volume = math.prod(data["synthetic"]["shape"])
-    params = parameter_count(
-        "resunet3d", in_channels=FETS_CHANNELS, n_classes=FETS_CLASSES,
-        base_filters=hp["base_filters"], depth=hp["depth"], norm=hp["norm"],
-    )  # fmt: skip
-    f2 = hp["base_filters"] ** 2 / 1e9
-    train = per_partition * (1 - data["val_fraction"]) * hp["patches_per_subject"] * patch
-    val = per_partition * data["val_fraction"] * volume
-    return {
-        "mem": {
-            "const": 1.0,
-            "act_patch": hp["batch_size"] * patch * hp["base_filters"] / MB,
-            "act_volume": volume * hp["base_filters"] / MB,  # sliding-window validation
-            # every chosen collaborator's update and the server's states (float64), one subject
-            "host": (chosen + 6) * params * 8 / MB + volume * (FETS_CHANNELS + 1) * FLOAT / MB,
-            "device": 4 * params * FLOAT / MB,  # weights, gradient, two optimiser moments
-        },
-        "time": {
-            "const": 1.0,
-            "train": hp["rounds"] * chosen * hp["local_epochs"] * train * f2,
-            "val": hp["rounds"] * FETS_PARTITIONS * val * f2,  # every collaborator validates
-        },
-    }
-
-
-def _xcal(config: Mapping[str, Any], wc: Mapping[str, str], hp: Mapping[str, Any]) -> dict:
-    dataset, model = wc["dataset"], wc["model"]
-    data = config["data"][dataset]
-    classes, channels = XCAL_CLASSES[dataset]
-    pixels = data["size"] ** 2
-    counts = data["synthetic"]["counts"]
-    params = parameter_count(
-        model, in_channels=channels, n_classes=classes, width_scale=hp["width_scale"],
-        image_size=data["size"],
-    )  # fmt: skip
-    batch, clients = hp["batch_size"], int(wc["clients"])
-    private = wc["method"] != "nondp"
-    scale = hp["width_scale"]
-    road_rounds = math.ceil(hp["rounds"] / hp["road_every"])
-    per_image = pixels * scale**2 / 1e9  # convolution work grows with pixels × width²
-    return {
-        "mem": {
-            "const": 1.0,
-            f"act_{model}": batch * pixels * scale / MB,
-            # the images (float32) and every client's model state
-            "host": (sum(counts) * pixels * channels + 2 * clients * params) * FLOAT / MB,
-            # per-sample gradients and their clipped copy, weights, gradient, momentum
-            "device": ((2 * batch if private else 0) + 4) * params * FLOAT / MB,
-        },
-        "time": {
-            "const": 1.0,
-            f"work_{model}": hp["rounds"] * hp["local_epochs"] * sum(counts) * per_image,
-            "road": road_rounds * hp["road_subsample"] * len(hp["road_percentages"]) * per_image,
-        },
-    }
-
-
-# rule → (study, feature function, its memory and time features)
-RULES: dict[str, tuple[str, Callable[..., dict], str, str]] = {
-    "seg_train": ("seg", _seg, "mem", "time"),
-    "seg_attack": ("seg", _seg, "attack_mem", "attack_time"),
-    "fets_train": ("fets", _fets, "mem", "time"),
-    "xcal_train": ("xcal", _xcal, "mem", "time"),
-}
+def work(
+    rule: str, data: Mapping[str, Any], wildcards: Mapping[str, str], hp: Mapping[str, Any]
+) -> dict[str, Work]:
+    """unit → `Work` of one job of `rule` (its counts from the config's `data` section and its
+    hyperparameters)."""
+    return rule_sizing(rule).work(data, wildcards, hp)
 
 
 def features(
     rule: str, config: Mapping[str, Any], wildcards: Mapping[str, str], hp: Mapping[str, Any]
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """(memory features, time features) of one job of `rule`."""
-    _, function, mem_key, time_key = RULES[rule]
-    values = function(config, wildcards, hp)
-    return values[mem_key], values[time_key]
+    """(memory features, time features) of one job of `rule`; a time feature is the work its
+    coefficient prices, Σ count × size over the job's units of that term, plus `const`."""
+    data = config["data"]
+    time = {"const": 1.0}
+    for unit in work(rule, data, wildcards, hp).values():
+        time[unit.term] = time.get(unit.term, 0.0) + unit.count * unit.size
+    return rule_sizing(rule).memory(data, wildcards, hp), time
 
 
 @cache
@@ -264,9 +149,14 @@ def request(
     attempt: int = 1,
     gpu: bool = False,
 ) -> Request:
-    """The memory and runtime `rule` asks for on `attempt` (1 for the first try)."""
-    cost = predict(rule, *features(rule, config, wildcards, hp))
+    """The memory and runtime `rule` asks for on `attempt` (1 for the first try). A rule
+    `bench/job_cost.py` has not fitted yet (a new study's) asks for the most any job may:
+    `resources.max_mem_mb` and `resources.max_runtime`."""
     settings = config.get("resources", {})
+    if rule not in coefficients()["rules"]:
+        return Request(mem_mb=int(settings["max_mem_mb"]),
+                       runtime=math.ceil(settings["max_runtime"]))  # fmt: skip
+    cost = predict(rule, *features(rule, config, wildcards, hp))
     scale = settings.get(rule, {})
     seconds, mem, gpu_mb = cost.seconds, cost.host_mb + cost.compute_mb, 0
     if gpu:
@@ -314,7 +204,7 @@ def grid_requests(config: Mapping[str, Any], grid: Grid) -> Counter[tuple[str, R
     first-try request); jobs ask for a GPU unless the config pins the CPU, as in the rules."""
     gpu = config["device"] != "cpu"
     counts: Counter[tuple[str, Request]] = Counter()
-    for rule, (study, *_) in RULES.items():
+    for rule, study in sized_rules().items():
         for job in grid.jobs(study):
             wc = dict(job.wildcards)
             counts[rule, request(rule, config, wc, grid.params(study, wc), gpu=gpu)] += 1

@@ -3,7 +3,7 @@ aggregation passes).
 
 Work is cut into blocks whose results do not depend on which thread ran them or in what
 order, and combined in block order, so a result is the same on any number of threads. The
-block functions release the GIL (torch fills, numba `nogil` kernels).
+block functions release the GIL (numpy arithmetic, BLAS and random fills).
 """
 
 from __future__ import annotations

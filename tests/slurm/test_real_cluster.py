@@ -22,7 +22,7 @@ import pytest
 
 from dpmed import job_cost
 from dpmed.config.checks import check_config, load_configs
-from dpmed.seg.spec import ATTACK_FILE
+from dpmed.seg.outputs import ATTACK_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "config" / "smoke.yaml"

@@ -17,8 +17,8 @@ cell's run plus canaries) and writes `audit.json` into
     results/audit/<study>/<run folder below results/<study>/>/<setting>/noise<scale>/
 
 (`AuditJob.path`). A cell must be a private job of its study's grid (finite ε) and a setting
-one the study's audit offers (`dpmed.privacy.audit.settings.SETTINGS`, torch-free so parsing
-stays fast); anything else is a `ConfigError` naming the key (`audit.cells[2].settings[0]`).
+one the study's audit offers (`StudySpec.audit.settings`, torch-free so parsing stays fast);
+anything else is a `ConfigError` naming the key (`audit.cells[2].settings[0]`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from dpmed.config.grid import Grid, wildcards_from_path
 from dpmed.config.study import Wildcards
 from dpmed.config.wildcards import NUMBER_PATTERN, format_eps
 from dpmed.errors import ConfigError
-from dpmed.privacy.audit.settings import SETTINGS
 from dpmed.studies import STUDIES
 
 # The file each audit job writes (`dpmed.privacy.audit.runs.AUDIT_FILE`; kept here so that
@@ -137,17 +136,19 @@ def audit_jobs(config: Mapping[str, Any], grid: Grid) -> list[AuditJob]:
     for index, cell in enumerate(cells):
         key = f"audit.cells[{index}]"
         study, wildcards = _cell_of(grid, cell["run"], f"{key}.run")
-        if study not in SETTINGS:
+        audit = STUDIES[study].audit
+        if audit is None:
+            audited = [name for name, spec in STUDIES.items() if spec.audit is not None]
             raise ConfigError(
                 f"{key}.run",
-                f"study {study} has no privacy audit (audits exist for {', '.join(SETTINGS)})",
+                f"study {study} has no privacy audit (audits exist for {', '.join(audited)})",
             )
         canaries = int(cell.get("canaries", block["canaries"]))
         for s_index, setting in enumerate(cell["settings"]):
-            if setting not in SETTINGS[study]:
+            if setting not in audit.settings:
                 raise ConfigError(
                     f"{key}.settings[{s_index}]",
-                    f"{study} audits have settings {', '.join(SETTINGS[study])}, not {setting!r}",
+                    f"{study} audits have settings {', '.join(audit.settings)}, not {setting!r}",
                 )
             for scale in cell["noise_scales"]:
                 job = AuditJob(

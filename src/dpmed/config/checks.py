@@ -17,6 +17,7 @@ import math
 import re
 import sys
 from collections.abc import Hashable, Mapping, MutableMapping, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -24,30 +25,80 @@ import yaml
 
 from dpmed.config.audit import audit_jobs
 from dpmed.config.grid import Grid
+from dpmed.config.study import StudySpec
 from dpmed.data.registry import DATASET_REGISTRY
 from dpmed.data.splits import split_counts
 from dpmed.errors import ConfigError
+from dpmed.sizing import sized_rules
 from dpmed.studies import STUDIES
 
 REPO = Path(__file__).resolve().parents[3]
 SPLITS = ("train", "val", "test")
-# The synthetic key counting what `split` divides, by data family (Duke and UMN are split by
-# subject, COVID CT by slice).
-SPLIT_UNITS = {"oct": "n_subjects", "covid_ct": "n_slices"}
 # The only numbers that may be infinite: the items of an ε list (`eps: [inf]`, a non-private
 # run; schema `$defs/eps`).
 INFINITE_ALLOWED = re.compile(r"\.eps\[\d+\]$")
 
 
+def study_schema(spec: StudySpec) -> dict[str, Any]:
+    """The `$defs` entries of a study's config section (`StudySpec.schema`, a YAML file of its
+    package)."""
+    package, _, name = spec.schema.partition(":")
+    return yaml.safe_load(resources.files(package).joinpath(name).read_text(encoding="utf-8"))
+
+
+def load_schema(path: str | Path) -> dict[str, Any]:
+    """The config schema at `path` with what the registries name put in, so a registered name
+    is one registration: a `data.<name>` entry per registered dataset (its family's
+    `$defs/<family>_data`), each registered study's section (its own `$defs`, `study_schema`;
+    required), a `resources.<rule>` scale per sized rule, and
+    each study's `StudySpec.choices` (a grid list's items, else a `<study>_params` value: an
+    enum of the registered names, or the regex of a str)."""
+    schema = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    properties = schema["properties"]
+    properties["data"]["properties"] = {
+        name: {"$ref": f"#/$defs/{entry.family}_data"} for name, entry in DATASET_REGISTRY.items()
+    }
+    properties["resources"]["properties"].update(
+        {rule: {"$ref": "#/$defs/rule_scale"} for rule in sized_rules()}
+    )
+    for name, spec in STUDIES.items():
+        schema["$defs"].update(study_schema(spec))
+        properties[name] = {"$ref": f"#/$defs/{name}"}
+        schema["required"].append(name)
+        grid = schema["$defs"][name]["properties"]["grid"]["items"]["properties"]
+        params = schema["$defs"][f"{name}_params"]["properties"]
+        for key, allowed in spec.choices.items():
+            node = grid[key].setdefault("items", {}) if key in grid else params[key]
+            if isinstance(allowed, str):
+                node.update(type="string", pattern=f"^(?:{allowed})$")
+            else:
+                node["enum"] = list(allowed)
+    return schema
+
+
+def validate_schema(config: MutableMapping[str, Any], schema: str | Path) -> None:
+    """Snakemake's `validate` (defaults filled in place) against `load_schema(schema)`."""
+    import json
+    import tempfile
+
+    from snakemake.utils import validate  # heavy import, only where a config is checked
+
+    with tempfile.TemporaryDirectory() as folder:
+        assembled = Path(folder) / "schema.json"
+        assembled.write_text(json.dumps(load_schema(schema)), encoding="utf-8")
+        validate(config, str(assembled))
+
+
 def check_config(config: MutableMapping[str, Any], schema: str | Path) -> Grid:
     """Validate `config` in place (schema defaults filled, every mapping's keys sorted) and
     return its expanded `Grid`."""
-    from snakemake.utils import validate  # heavy import, only where a config is checked
-
     _check_finite(config)  # the schema's bounds do not catch NaN (every comparison is false)
-    validate(config, str(schema))
+    validate_schema(config, schema)
     sort_keys_in_place(config)
     grid = Grid(config)
+    for name in STUDIES:
+        for dataset in grid.study_datasets(name):
+            _check_facts(name, dataset)
     for dataset in grid.datasets():
         _check_dataset(config["data"], dataset)
     for name, spec in STUDIES.items():
@@ -88,6 +139,27 @@ def _check_finite(node: Any, key: str = "") -> None:
         raise ConfigError(key, f"got {node}; the key takes {wanted}")
 
 
+def _check_facts(study: str, dataset: str) -> None:
+    """A dataset a study's grid uses has every fact the rules, the job sizing and the
+    preflight read (`dpmed.data.registry.FACTS`) and is one the study's `dataset` wildcard
+    accepts (by default the datasets registered for it, `study_datasets`)."""
+    entry = DATASET_REGISTRY[dataset]
+    missing = entry.missing()
+    if missing:
+        raise ConfigError(
+            f"data.{dataset}",
+            f"dataset '{dataset}' ({study} grid) is registered without {', '.join(missing)} "
+            "(dpmed.data.registry): the rules, job sizing or preflight cannot build it",
+        )
+    accepted = STUDIES[study].patterns.get("dataset")
+    if accepted is not None and not re.fullmatch(accepted, dataset):
+        raise ConfigError(
+            f"{study}.grid",
+            f"dataset '{dataset}' is registered for the {entry.study} study; the {study} "
+            f"study reads {accepted.replace('|', ', ')}",
+        )
+
+
 def _check_dataset(data: Mapping[str, Any], dataset: str) -> None:
     key = f"data.{dataset}"
     if dataset not in data:
@@ -105,13 +177,13 @@ def _check_dataset(data: Mapping[str, Any], dataset: str) -> None:
             f"{key}.raw", f"'{cfg['raw']}' is a file; give the folder that holds the raw files"
         )
     if "split" in cfg:
-        _check_split(cfg, key, entry.family)
+        _check_split(cfg, key, entry.split_unit)
     synthetic = cfg.get("synthetic", {})
     if synthetic.get("n_annotated", 0) > synthetic.get("n_bscans", math.inf):
         raise ConfigError(f"{key}.synthetic.n_annotated", "exceeds n_bscans")
 
 
-def _check_split(cfg: Mapping[str, Any], key: str, family: str) -> None:
+def _check_split(cfg: Mapping[str, Any], key: str, unit: str | None) -> None:
     """Every split gets items: seg jobs train on train, score val after every epoch and test
     at the end. For synthetic data the counts of `split_counts` are known here; a real
     download is counted when preprocessing reads it (before any training)."""
@@ -125,7 +197,6 @@ def _check_split(cfg: Mapping[str, Any], key: str, family: str) -> None:
             f"fractions {split} leave the {' and '.join(empty)} split empty; seg jobs train on "
             "train, score val after every epoch and test at the end",
         )
-    unit = SPLIT_UNITS.get(family)
     if cfg["raw"] == "synthetic" and unit:
         n = int(cfg["synthetic"][unit])
         try:

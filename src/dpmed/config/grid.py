@@ -20,7 +20,7 @@ from typing import Any
 
 from dpmed.config.study import Wildcards
 from dpmed.config.wildcards import format_eps
-from dpmed.data.registry import DATASETS
+from dpmed.data.registry import DATASETS, study_datasets
 from dpmed.errors import ConfigError
 from dpmed.studies import STUDIES
 
@@ -138,19 +138,27 @@ class Grid:
         """What the studies' targets leave out for this grid and why (`StudySpec.notes`)."""
         return [note for name, spec in STUDIES.items() for note in spec.notes(self.jobs(name))]
 
+    def study_datasets(self, study: str) -> list[str]:
+        """The datasets the jobs of `study` read, in registry order: their `dataset` wildcards,
+        or for a study without one (fets) the datasets registered for it."""
+        jobs = self.jobs(study)
+        if "dataset" in STUDIES[study].wildcards:
+            used = {job.wc["dataset"] for job in jobs}
+        else:
+            used = set(study_datasets(study)) if jobs else set()
+        return [name for name in DATASETS if name in used]
+
     def datasets(self) -> list[str]:
         """Datasets read by any job, in registry order."""
-        used = {job.wc["dataset"] for study in ("seg", "xcal") for job in self.jobs(study)}
-        if self._jobs["fets"]:
-            used.add("fets")
+        used = {name for study, _ in STUDIES.items() for name in self.study_datasets(study)}
         return [name for name in DATASETS if name in used]
 
 
 def wildcard_patterns() -> dict[str, str]:
-    """Every wildcard of every study (Snakemake's global `wildcard_constraints`, so no rule
-    matches a path it was not written for, e.g. `eps` never swallows a slash): the alternation of the studies' patterns (a wildcard
-    two studies share, e.g. `model`, accepts either's values); `dataset` names every dataset
-    of the data registry."""
+    """Every wildcard of every study, for Snakemake's global `wildcard_constraints` (so no rule
+    matches a path it was not written for, e.g. `eps` never swallows a slash): the alternation
+    of the studies' patterns (a wildcard two studies share, e.g. `model`, accepts either's
+    values); `dataset` names every dataset of the data registry."""
     patterns: dict[str, list[str]] = {"dataset": ["|".join(DATASETS)]}
     for _, spec in STUDIES.items():
         for wildcard, pattern in spec.patterns.items():

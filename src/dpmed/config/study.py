@@ -53,6 +53,12 @@ def param_key(study: str, section: Mapping[str, Any], index: int, name: str) -> 
     return f"{study}.defaults.{name}"
 
 
+def paired_seed(study: str, paired: Sequence[str], wildcards: Mapping[str, str], role: str) -> int:
+    """`StudySpec.common_seed` of a study named `study` with `paired` wildcards (for a study's
+    outputs, which are defined before its spec)."""
+    return stable_seed(study, role, *(f"{wc}={wildcards[wc]}" for wc in paired))
+
+
 @dataclass(frozen=True)
 class ClaimSource:
     """Where a study's paper claims come from (`dpmed.report.claims`).
@@ -115,12 +121,19 @@ class StudySpec:
             (`dpmed.config.grid.common_seed`), so comparisons between them pair (common random
             numbers); their DP noise stays independent (`job_seed`, every wildcard).
         claims: the paper's claims and the run files they are judged on (None: no claims).
+        schema: "package:file" of the study's config-section schema, a YAML mapping of `$defs`
+            entries (`<study>`, `<study>_params`, ...) that `dpmed.config.checks.load_schema`
+            adds to config/schema.yaml's.
         rules: the study's rule file, relative to the workflow's folder (the Snakefile
             includes every registered study's).
         sizing: "module:attribute" of the study's `dpmed.job_cost` sizing (torch-free: read
             when the workflow is parsed).
         probe: "module:attribute" of the study's preflight probe (`dpmed.preflight`).
         audit: the study's privacy audit (None: the study offers none).
+        choices: grid list key → the values the registries allow (a tuple: the schema's enum
+            of its items; a str: the regex its items match), put into the study's config
+            schema when it is loaded (`dpmed.config.checks.load_schema`), so a registered name
+            is one registration.
     """
 
     name: str
@@ -139,10 +152,12 @@ class StudySpec:
     switches: Mapping[str, bool] = field(default_factory=dict)
     paired: tuple[str, ...] = ("seed",)
     claims: ClaimSource | None = None
+    schema: str = ""
     rules: str = ""
     sizing: str = ""
     probe: str = ""
     audit: StudyAudit | None = None
+    choices: Mapping[str, tuple[str, ...] | str] = field(default_factory=dict)
 
     @property
     def wildcards(self) -> tuple[str, ...]:
@@ -160,7 +175,7 @@ class StudySpec:
         wildcards only. Runs that differ in a compared factor then start from the same weights
         and see the same batches and schedules (common random numbers), so paired tests over
         seeds pair."""
-        return stable_seed(self.name, role, *(f"{wc}={wildcards[wc]}" for wc in self.paired))
+        return paired_seed(self.name, self.paired, wildcards, role)
 
     def log(self, rule: str, ext: str = "log") -> str:
         """`logs/<rule>/<wildcards as folders>.<ext>` (also the benchmark path with `tsv`)."""

@@ -21,12 +21,13 @@ Processed format (`preprocess`, one folder per dataset; the OFFICIAL splits are 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from dpmed.data.medmnist_info import MedMNISTInfo
 from dpmed.data.npz import read_npz
+from dpmed.data.registry import DATASET_REGISTRY
 from dpmed.data.summary import CountRow, Panel
 from dpmed.errors import ConfigError, DataFormatError
 from dpmed.io import write_json, write_npz
@@ -37,83 +38,18 @@ OFFICIAL_SIZES: tuple[int, ...] = (28, 64, 128, 224)
 FORMAT_VERSION = 1
 
 
-@dataclass(frozen=True)
-class MedMNISTInfo:
-    """Facts of one MedMNIST flag: classes, channels, official split sizes and the official
-    number of TRAIN images per class (used as the class balance of the synthetic data)."""
-
-    flag: str
-    title: str
-    class_names: tuple[str, ...]
-    channels: int
-    split_sizes: tuple[int, int, int]
-    train_class_counts: tuple[int, ...]
-
-    @property
-    def n_classes(self) -> int:
-        return len(self.class_names)
-
-    @property
-    def train_proportions(self) -> np.ndarray:
-        """Official train class frequencies (n_classes,), summing to 1."""
-        counts = np.asarray(self.train_class_counts, dtype=np.float64)
-        return counts / counts.sum()
-
-
-DATASETS: dict[str, MedMNISTInfo] = {
-    "bloodmnist": MedMNISTInfo(
-        flag="bloodmnist",
-        title="BloodMNIST",
-        class_names=(
-            "basophil",
-            "eosinophil",
-            "erythroblast",
-            "immature granulocytes",
-            "lymphocyte",
-            "monocyte",
-            "neutrophil",
-            "platelet",
-        ),
-        channels=3,
-        split_sizes=(11959, 1712, 3421),
-        train_class_counts=(852, 2181, 1085, 2026, 849, 993, 2330, 1643),
-    ),
-    "pneumoniamnist": MedMNISTInfo(
-        flag="pneumoniamnist",
-        title="PneumoniaMNIST",
-        class_names=("normal", "pneumonia"),
-        channels=1,
-        split_sizes=(4708, 524, 624),
-        train_class_counts=(1214, 3494),
-    ),
-    "dermamnist": MedMNISTInfo(
-        flag="dermamnist",
-        title="DermaMNIST",
-        class_names=(
-            "actinic keratoses",
-            "basal cell carcinoma",
-            "benign keratosis-like lesions",
-            "dermatofibroma",
-            "melanoma",
-            "melanocytic nevi",
-            "vascular lesions",
-        ),
-        channels=3,
-        split_sizes=(7007, 1003, 2005),
-        train_class_counts=(228, 359, 769, 80, 779, 4693, 99),
-    ),
-}
+def medmnist_datasets() -> dict[str, MedMNISTInfo]:
+    """Every registered MedMNIST dataset's facts (`dpmed.data.registry`), by name."""
+    return {n: e.info for n, e in DATASET_REGISTRY.items() if e.family == "medmnist"}
 
 
 def dataset_info(dataset: str) -> MedMNISTInfo:
-    """The facts of MedMNIST flag `dataset` (e.g. "bloodmnist")."""
-    try:
-        return DATASETS[dataset]
-    except KeyError:
-        known = ", ".join(DATASETS)
-        raise ConfigError(
-            "dataset", f"'{dataset}' is not a MedMNIST flag (known: {known})"
-        ) from None
+    """The facts of MedMNIST dataset `dataset` (e.g. "bloodmnist"), from its registry entry."""
+    datasets = medmnist_datasets()
+    if dataset not in datasets:
+        known = ", ".join(datasets)
+        raise ConfigError("dataset", f"'{dataset}' is not a MedMNIST dataset (known: {known})")
+    return datasets[dataset]
 
 
 def npz_name(dataset: str, size: int) -> str:

@@ -1,20 +1,27 @@
-"""Server-side aggregation of one round's collaborator tensors (paper 000, Algorithms 1–3) and
-the registries of the fets aggregators and DP modes.
+"""The fets DP modes, which wrap the aggregation rules of `dpmed.fets.aggregators` (paper 000,
+Algorithms 1–3), the aggregators they make, and the server's configuration.
+
+A DP mode is one `DP_MODES` entry that takes any rule it accepts and releases the round's
+aggregate, as Flower's `DifferentialPrivacyServerSideFixedClipping` wraps any strategy:
+`none` combines the tensors with the rule's weights; `paper` clips each tensor (Algorithm 3),
+weighs the clipped tensors by the rule, estimates Δf from one neighbour and adds the classic
+Gaussian noise per tensor (Algorithms 1–2); `sound` clips each whole-model update jointly,
+weighs the clipped updates by the rule and adds one Gaussian mechanism calibrated for the
+rule's sensitivity. An aggregator is a (rule, DP mode) pair: its wildcard value is the rule's
+name under mode none and `dp_<rule>` under the private modes (`AGGREGATORS`, derived from
+`RULES` and `DP_MODES`); its label, report order and privacy texts follow from the two
+entries (`aggregator_mode`). The wildcard patterns, the validity rule, the server, the
+privacy record and the report read them from here; the config schema's enums list the same
+names in the same order (tests/test_fets_registry.py checks it).
 
 Everything here is a pure function of the tensors and data-size weights the collaborators send
 (plus the caller's noise generator, `dpmed.fets.server.noise_generator`): no collaborator data
-can reach it. Each rule reads the round's tensors through the block passes of
-`dpmed.fets.round_tensors` (float64 norms for clipping, a Gram matrix for distances where the
-rule weighs by similarity, then one combination). The server screens every collaborator's
-update before a rule sees it (`dpmed.fets.server.screen_round`); a rule handed an update whose
-norm is not finite raises (`clip_factors`) rather than pass it unclipped.
-
-An aggregator is one `register_aggregator` call per DP mode it supports, at the end of this
-module: its server rule, display label, report order and, for the private modes,
-its sensitivity and privacy-record texts. The wildcard patterns, the validity rule, the
-server, the privacy record and the report read them from `AGGREGATORS` and `DP_MODES`; the
-config schema's enums list the same names in the same order (tests/test_fets_registry.py
-checks it).
+can reach it. Each release reads the round's tensors through the block passes of
+`dpmed.fets.round_tensors` (float64 norms for clipping, a Gram matrix where the rule weighs by
+similarity or paper mode estimates Δf, then one combination). The server screens every
+collaborator's update before a rule sees it (`dpmed.fets.server.screen_round`); a release
+handed an update whose norm is not finite raises (`clip_factors`) rather than pass it
+unclipped.
 
 The models have no norm buffers (GroupNorm / InstanceNorm without running stats), so every
 state tensor is a trained parameter; `RoundTensors.updates` refuses non-float tensors and the
@@ -24,29 +31,25 @@ simulation refuses models with buffers, so no tensor ever bypasses clipping and 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from dpmed.fets.aggregators import (
+    RULES,
+    SIMAGG_DISTANCES,
+    AggregationRule,
+    Clipped,
+    LocalTensor,
+    is_weight_or_bias,
+    normalised_weights,
+    tensor_weights,
+)
 from dpmed.fets.round_tensors import RoundTensors, TensorGroup, ones, squared_norms, vectors
 from dpmed.privacy.normals import NormalDraw, NormalSource
 from dpmed.registry import Registry
-
-if TYPE_CHECKING:
-    from dpmed.fets.server import ServerConfig
-
-EPS_SAFE = 1e-8  # Algorithm 1 line 4
-
-
-@dataclass(frozen=True)
-class LocalTensor:
-    """One collaborator's value of one tensor, as OpenFL passes it to aggregation functions."""
-
-    col_name: str
-    tensor: np.ndarray
-    weight: float
 
 
 @dataclass(frozen=True)
@@ -66,170 +69,6 @@ class MechanismInfo:
     sigma: float
     branch: str
     noise_multiplier: float
-
-
-# --- DP modes ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DPMode:
-    """How the server releases a round, whatever the aggregator.
-
-    The server calls an aggregator's rule for the mode with:
-
-    - non-private, per tensor: `rule(local_tensors, tensor_name, cfg) -> tensor`;
-    - private, per tensor: `rule(local_tensors, tensor_name, cfg, rng) -> (tensor,
-      MechanismInfo)`, one Gaussian mechanism per tensor;
-    - private, whole model: `rule(updates, weights, cfg, sigma, rng) -> (new state, α)` on the
-      round's updates u_i = w_i − w_global (a `dpmed.fets.round_tensors.RoundTensors`), one
-      Gaussian mechanism N(0, σ²I) with σ calibrated for the rule's
-      `sensitivity`.
-
-    `local_tensors` items have `.col_name`, `.tensor` and `.weight` (weights sum to 1 over the
-    round); `cfg` is the run's `dpmed.fets.server.ServerConfig`.
-
-    Args:
-        guarantee: what privacy.json claims: "none" (no noise), "paper-approximation" (the
-            paper's accounting, which is not a formal guarantee) or "dp".
-        per_tensor: the rule runs once per tensor instead of once on the whole-model update.
-    """
-
-    guarantee: str
-    per_tensor: bool
-
-    @property
-    def private(self) -> bool:
-        """Noise is added (the job needs a finite ε0)."""
-        return self.guarantee != "none"
-
-
-DP_MODES: Registry[DPMode] = Registry("fets DP mode")
-DP_MODES.add("none", DPMode("none", per_tensor=True))
-DP_MODES.add("paper", DPMode("paper-approximation", per_tensor=True))
-DP_MODES.add("sound", DPMode("dp", per_tensor=False))
-
-
-# --- aggregators ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AggregatorMode:
-    """One aggregator in one DP mode.
-
-    Args:
-        rule: the server rule (call shape of the DP mode, see `DPMode`).
-        label: the method name of tables and figures ("DP-SimAgg paper"); private runs add
-            " eps0=<ε0>".
-        order: rank of its runs in tables and figures (then ε0, then seed).
-        sensitivity: whole-model DP modes: the replace-one L2 sensitivity Δf(C, m) of the
-            aggregate of m clipped updates.
-        mechanism: private modes: the mechanism as privacy.json states it.
-        reasons: paper approximations: why the stated ε is not a formal guarantee (privacy
-            flaws only).
-        utility_notes: flaws of the recipe that cost accuracy but not privacy.
-        privacy_extra: extra privacy.json fields from the privacy columns of the last round.
-    """
-
-    rule: Callable[..., Any]
-    label: str
-    order: int
-    sensitivity: Callable[[float, int], float] | None = None
-    mechanism: str | None = None
-    reasons: tuple[str, ...] = ()
-    utility_notes: tuple[str, ...] = ()
-    privacy_extra: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
-
-
-@dataclass(frozen=True)
-class Aggregator:
-    """A registered aggregator: DP mode name → `AggregatorMode`, in registration order."""
-
-    modes: dict[str, AggregatorMode] = field(default_factory=dict)
-
-
-AGGREGATORS: Registry[Aggregator] = Registry("fets aggregator")
-
-
-def register_aggregator(
-    name: str,
-    dpmode: str,
-    *,
-    label: str,
-    order: int,
-    sensitivity: Callable[[float, int], float] | None = None,
-    mechanism: str | None = None,
-    reasons: Sequence[str] = (),
-    utility_notes: Sequence[str] = (),
-    privacy_extra: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None,
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator registering a server rule as aggregator `name` in DP mode `dpmode` (one call
-    per mode the aggregator supports; the first one adds the aggregator). The remaining
-    arguments are the `AggregatorMode` fields; what a mode needs is checked here."""
-    mode = DP_MODES[dpmode]
-    if mode.private and mechanism is None:
-        raise ValueError(f"aggregator '{name}': DP mode '{dpmode}' needs its mechanism text")
-    if mode.private and not mode.per_tensor and sensitivity is None:
-        raise ValueError(f"aggregator '{name}': DP mode '{dpmode}' needs its sensitivity")
-    if mode.guarantee == "paper-approximation" and not reasons:
-        raise ValueError(f"aggregator '{name}': DP mode '{dpmode}' needs the reasons it is no DP")
-
-    def decorate(rule: Callable[..., Any]) -> Callable[..., Any]:
-        entry = AGGREGATORS[name] if name in AGGREGATORS else AGGREGATORS.add(name, Aggregator())
-        if dpmode in entry.modes:
-            raise ValueError(f"aggregator '{name}' already has DP mode '{dpmode}'")
-        entry.modes[dpmode] = AggregatorMode(
-            rule,
-            label,
-            order,
-            sensitivity,
-            mechanism,
-            reasons=tuple(reasons),
-            utility_notes=tuple(utility_notes),
-            privacy_extra=privacy_extra,
-        )
-        return rule
-
-    return decorate
-
-
-def aggregator_mode(name: str, dpmode: str) -> AggregatorMode:
-    """The registered `AggregatorMode` of aggregator `name` in DP mode `dpmode`."""
-    modes = AGGREGATORS[name].modes
-    if dpmode not in modes:
-        raise ValueError(f"aggregator {name!r} has no DP mode {dpmode!r}")
-    return modes[dpmode]
-
-
-# --- similarity weights (SimAgg) -----------------------------------------------------------
-
-# SimAgg distance name → similarity scores s (n,) from the coefficient rows y (n, n + 1) of the
-# collaborators' (clipped) tensors in the basis of a Gram matrix `gram` (`round_tensors`; the
-# rules take the Gram matrix of the clipped tensors, so y = `vectors(n)`).
-SIMAGG_DISTANCES: Registry[Callable[[np.ndarray, np.ndarray], np.ndarray]] = Registry(
-    "SimAgg distance"
-)
-
-
-@SIMAGG_DISTANCES.register("l2")
-def l2_similarity(y: np.ndarray, gram: np.ndarray) -> np.ndarray:
-    """The paper's: d_i = ‖T̄ − T_i‖₂ (T̄ the unweighted mean), s_i = Σd/(1e-8 + d_i),
-    unnormalised."""
-    d = np.sqrt(squared_norms(y - y.mean(axis=0), gram))
-    return d.sum() / (EPS_SAFE + d)
-
-
-@SIMAGG_DISTANCES.register("sum_diff")
-def sum_diff_similarity(y: np.ndarray, gram: np.ndarray) -> np.ndarray:
-    """The FeTS 2021 variant: d_i = |ΣT̄ − ΣT_i|, s_i = Σd/(1e-8 + d_i) normalised to sum 1."""
-    sums = y @ gram[:, -1]
-    d = np.abs(sums.mean() - sums)
-    s = d.sum() / (EPS_SAFE + d)
-    return s / s.sum()
-
-
-def is_weight_or_bias(tensor_name: str) -> bool:
-    """Algorithm 1 line 3: the similarity branch applies to tensors named weight or bias."""
-    return "weight" in tensor_name or "bias" in tensor_name
 
 
 def check_clip_norm(clip_norm: float) -> None:
@@ -254,17 +93,6 @@ def clip_factors(sq_norms: np.ndarray, clip_norm: float) -> tuple[np.ndarray, np
     return np.where(norms > clip_norm, clip_norm / np.maximum(norms, 1e-300), 1.0), norms
 
 
-def similarity_weights(
-    y: np.ndarray, gram: np.ndarray, weights: Sequence[float], distance: str = "l2"
-) -> np.ndarray:
-    """Normalised weights α (Algorithm 1 lines 10–17) of the tensors with coefficient rows `y`
-    in the basis of `gram` and data-size `weights`: similarity scores s of the `distance` (a
-    `SIMAGG_DISTANCES` name), ŵ = W + s, α = ŵ/(1e-8 + Σŵ)."""
-    s = SIMAGG_DISTANCES[distance](y, gram)
-    w_hat = np.asarray(weights, dtype=np.float64) + s
-    return w_hat / (EPS_SAFE + w_hat.sum())
-
-
 def normals(rng: Any, size: int, dtype: np.dtype | type) -> np.ndarray | NormalDraw:
     """`size` standard normals for a mechanism (Algorithm 2 step 2) in `dtype` when it is
     float32 or float64, else float64: from a `NormalSource` (`dpmed.fets.server.noise_generator`)
@@ -277,54 +105,19 @@ def normals(rng: Any, size: int, dtype: np.dtype | type) -> np.ndarray | NormalD
     return rng.standard_normal(size, dtype=dtype)
 
 
-def normalised_weights(weights: Sequence[float]) -> np.ndarray:
-    """Data-size weights scaled to sum 1; raises, naming them, unless there is at least one,
-    all are finite and ≥ 0 and their sum is > 0 (a round without data has no average)."""
-    w = np.asarray(weights, dtype=np.float64)
-    if w.size == 0:
-        raise ValueError("0 collaborators: a round needs at least one update to aggregate")
-    if not np.all(np.isfinite(w) & (w >= 0)) or not w.sum() > 0:
-        raise ValueError(f"data-size weights must be finite, >= 0 and sum to > 0, got {w.tolist()}")
-    return w / w.sum()
+def flatten_state(state: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Concatenate the float tensors of a state dict (in key order) into one vector."""
+    for name, value in state.items():
+        if np.asarray(value).dtype.kind != "f":
+            raise ValueError(f"tensor '{name}' is not floating point; no aggregation rule for it")
+    return np.concatenate([np.asarray(v).ravel() for v in state.values()])
 
 
-# --- per-tensor rules (FeTS/OpenFL call shape) ---------------------------------------------
+# --- the releases of the DP modes ----------------------------------------------------------
 
 
-def fedavg(
-    local_tensors: Sequence[LocalTensor],
-    tensor_db: Any = None,
-    tensor_name: str = "",
-    fl_round: int = 0,
-    collaborators_chosen_each_round: Any = None,
-    collaborator_times_per_round: Any = None,
-) -> np.ndarray:
-    """FedAvg of one tensor, Σ W_i T_i / Σ W_i (FeTS challenge call shape)."""
-    group = TensorGroup.of([t.tensor for t in local_tensors])
-    return group.combine(normalised_weights([t.weight for t in local_tensors]))
-
-
-def simagg(
-    local_tensors: Sequence[LocalTensor],
-    tensor_db: Any = None,
-    tensor_name: str = "",
-    fl_round: int = 0,
-    collaborators_chosen_each_round: Any = None,
-    collaborator_times_per_round: Any = None,
-    distance: str = "l2",
-) -> np.ndarray:
-    """Non-private SimAgg of one tensor (FeTS challenge call shape): weight and bias tensors get
-    the similarity weighting of Algorithm 1 lines 10–18 without clipping or noise, other
-    tensors FedAvg. `distance`: a `SIMAGG_DISTANCES` name."""
-    group = TensorGroup.of([t.tensor for t in local_tensors])
-    weights = [t.weight for t in local_tensors]
-    if not is_weight_or_bias(tensor_name):
-        return group.combine(normalised_weights(weights))
-    gram = group.gram()
-    return group.combine(similarity_weights(vectors(group.n), gram, weights, distance))
-
-
-def dp_simagg_paper_tensor(
+def paper_release(
+    rule: AggregationRule,
     tensors: Sequence[np.ndarray],
     weights: Sequence[float],
     tensor_name: str,
@@ -333,11 +126,12 @@ def dp_simagg_paper_tensor(
     delta0: float,
     rng: Any,
 ) -> tuple[np.ndarray, MechanismInfo]:
-    """Algorithm 1 exactly, for one tensor: L2Clip of Algorithm 3 (scalars are not clipped),
-    similarity weights, the empirical Δf from the neighbour T'_0 = 1·C with the *same* weights
-    — pm − pm' = α_0 (T̃_0 − 1·C), lines 19–21 — and the classic Gaussian σ of Algorithm 2.
-    Not a DP guarantee: Δf is measured on one neighbour instead of bounded, and the classic σ
-    is proven for ε ≤ 1 only. `rng`: a noise generator (`standard_normal`).
+    """Algorithm 1 with `rule`'s weights, for one tensor: L2Clip of Algorithm 3 (scalars are
+    not clipped), the rule's weights α of the clipped tensors with the L2 distance (line 11),
+    the empirical Δf from the neighbour T'_0 = 1·C with the *same* weights — pm − pm' =
+    α_0 (T̃_0 − 1·C), lines 19–21 — and the classic Gaussian σ of Algorithm 2. Not a DP
+    guarantee: Δf is measured on one neighbour instead of bounded, and the classic σ is proven
+    for ε ≤ 1 only. `rng`: a noise generator (`standard_normal`).
 
     Returns:
         (noisy aggregate, the mechanism applied).
@@ -349,12 +143,11 @@ def dp_simagg_paper_tensor(
     if is_weight_or_bias(tensor_name):
         scalar = group.shape == ()
         factors = np.ones(group.n) if scalar else clip_factors(group.sq_norms, clip_norm)[0]
-        gram = group.gram(factors)  # of the clipped tensors, lines 7–9
-        y = vectors(group.n)
-        alpha = similarity_weights(y, gram, weights, "l2")  # lines 10–17
+        clipped = Clipped(group, factors)  # its Gram matrix: of the clipped tensors, lines 7–9
+        alpha = rule.weigh(clipped, weights, "l2")  # lines 10–17
         beta = alpha * factors  # line 18
-        gap = y[0] - clip_norm * ones(group.n)  # T̃_0 − 1·C
-        delta_f = float(alpha[0] * np.sqrt(squared_norms(gap, gram)[0]))  # lines 19–21
+        gap = vectors(group.n)[0] - clip_norm * ones(group.n)  # T̃_0 − 1·C
+        delta_f = float(alpha[0] * np.sqrt(squared_norms(gap, clipped.gram)[0]))  # lines 19–21
         branch = "weight"
     else:
         beta = normalised_weights(weights)  # line 25
@@ -366,10 +159,8 @@ def dp_simagg_paper_tensor(
     return noisy, MechanismInfo(tensor_name, delta_f, sigma, branch, z)
 
 
-# --- whole-model rules on the round's updates ----------------------------------------------
-
-
-def dp_simagg_sound(
+def sound_release(
+    rule: AggregationRule,
     updates: RoundTensors,
     weights: Sequence[float],
     clip_norm: float,
@@ -377,44 +168,104 @@ def dp_simagg_sound(
     rng: Any,
     distance: str = "l2",
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Sound DP-SimAgg of the round's updates u_i: clip each u_i jointly to ‖u_i‖ ≤ C,
-    similarity weights α on the clipped updates (as in Algorithm 1), o + Σ α_i ũ_i + N(0, σ²I).
-    The α are non-negative with Σα ≤ 1, so the outputs of neighbouring rounds (one
-    collaborator's update replaced) both lie in the C-ball around o and differ by at most
-    Δf = 2C; σ must be calibrated for it.
+    """Whole-model DP with `rule`'s weights (server-side fixed clipping): clip each update u_i
+    jointly to ‖u_i‖ ≤ C, the rule's weights α of the clipped updates (`dp_weigh`, else
+    `weigh`), o + Σ α_i ũ_i + N(0, σ²I); σ must be calibrated for the rule's sensitivity.
 
     Returns:
         (noisy new state by tensor name, α).
     """
     check_clip_norm(clip_norm)
     factors, _ = clip_factors(updates.sq_norms.sum(axis=1), clip_norm)
-    gram = updates.gram(factors)  # of the clipped updates
-    alpha = similarity_weights(vectors(updates.n), gram, weights, distance)
+    weigh = rule.dp_weigh or rule.weigh
+    alpha = weigh(Clipped(updates, factors), weights, distance)
     noise = normals(rng, updates.size, updates.dtype)
     return updates.combine(alpha * factors, noise, sigma), alpha
 
 
-def dp_fedavg(
-    updates: RoundTensors, clip_norm: float, sigma: float, rng: Any
-) -> dict[str, np.ndarray]:
-    """DP-FedAvg of the round's updates (server-side fixed clipping, McMahan et al. 2018):
-    o + mean of the updates clipped jointly to C + N(0, σ²I), σ = z·C/m; with replace-one
-    adjacency Δf = 2C/m, so z = 2σ/Δf. Returns the noisy new state by tensor name."""
-    check_clip_norm(clip_norm)
-    factors, _ = clip_factors(updates.sq_norms.sum(axis=1), clip_norm)
-    noise = normals(rng, updates.size, updates.dtype)
-    return updates.combine(factors / updates.n, noise, sigma)
+# --- DP modes ------------------------------------------------------------------------------
 
 
-def flatten_state(state: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Concatenate the float tensors of a state dict (in key order) into one vector."""
-    for name, value in state.items():
-        if np.asarray(value).dtype.kind != "f":
-            raise ValueError(f"tensor '{name}' is not floating point; no aggregation rule for it")
-    return np.concatenate([np.asarray(v).ravel() for v in state.values()])
+@dataclass(frozen=True)
+class DPMode:
+    """How the server releases a round, wrapping any aggregation rule it accepts.
+
+    `release` is called with the rule first and then:
+
+    - per tensor: `(local_tensors, tensor_name, cfg, rng) -> (tensor, MechanismInfo | None)`;
+    - whole model: `(updates, weights, cfg, sigma, rng) -> (new state, α)` on the round's
+      updates u_i = w_i − w_global (a `dpmed.fets.round_tensors.RoundTensors`), one Gaussian
+      mechanism N(0, σ²I) with σ calibrated for the rule's `sensitivity`.
+
+    `local_tensors` items have `.col_name`, `.tensor` and `.weight` (weights sum to 1 over the
+    round); `cfg` is the run's `ServerConfig`.
+
+    Args:
+        guarantee: what privacy.json claims: "none" (no noise), "paper-approximation" (the
+            paper's accounting, which is not a formal guarantee) or "dp".
+        per_tensor: the release runs once per tensor instead of once on the whole-model update.
+        rank: rank of its runs among one rule's in tables and figures.
+        accepts: whether it can wrap a rule.
+        release: the release (call shape above).
+        mechanism: private modes: the mechanism as privacy.json states it, from the method
+            name and the rule.
+        reasons: paper approximations: why the stated ε is not a formal guarantee (privacy
+            flaws only).
+        utility_notes: flaws of the recipe that cost accuracy but not privacy.
+    """
+
+    guarantee: str
+    per_tensor: bool
+    rank: int
+    accepts: Callable[[AggregationRule], bool]
+    release: Callable[..., Any]
+    mechanism: Callable[[str, AggregationRule], str] | None = None
+    reasons: tuple[str, ...] = ()
+    utility_notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.private and self.mechanism is None:
+            raise ValueError(f"a private DP mode ({self.guarantee}) needs its mechanism text")
+        if self.guarantee == "paper-approximation" and not self.reasons:
+            raise ValueError("a paper-approximation DP mode needs the reasons it is no DP")
+
+    @property
+    def private(self) -> bool:
+        """Noise is added (the job needs a finite ε0)."""
+        return self.guarantee != "none"
 
 
-# --- the registered aggregators (registration order = config enum order) -------------------
+def _none_release(
+    rule: AggregationRule, local: Sequence[LocalTensor], tensor_name: str, cfg: ServerConfig,
+    rng: Any,
+) -> tuple[np.ndarray, None]:  # fmt: skip
+    """The rule's aggregate of one tensor, without clipping or noise."""
+    if rule.aggregate is not None:
+        return rule.aggregate(local, tensor_name, cfg), None
+    group = TensorGroup.of([t.tensor for t in local])
+    weights = [t.weight for t in local]
+    alpha = tensor_weights(rule.weigh, group, weights, tensor_name, cfg.simagg_distance)
+    return group.combine(alpha), None
+
+
+def _paper_release(
+    rule: AggregationRule, local: Sequence[LocalTensor], tensor_name: str, cfg: ServerConfig,
+    rng: Any,
+) -> tuple[np.ndarray, MechanismInfo]:  # fmt: skip
+    """Algorithm 1 on one tensor at the run's (C, ε0, δ0)."""
+    tensors, weights = [t.tensor for t in local], [t.weight for t in local]
+    return paper_release(
+        rule, tensors, weights, tensor_name, cfg.clip_norm, cfg.epsilon0, cfg.delta0, rng
+    )
+
+
+def _sound_release(
+    rule: AggregationRule, updates: RoundTensors, weights: Sequence[float], cfg: ServerConfig,
+    sigma: float, rng: Any,
+) -> tuple[dict[str, np.ndarray], np.ndarray]:  # fmt: skip
+    """Whole-model DP of the round's updates at the run's C and distance."""
+    return sound_release(rule, updates, weights, cfg.clip_norm, sigma, rng, cfg.simagg_distance)
+
 
 # The classic Gaussian σ is a proven (ε, δ) bound for ε ≤ 1: a reason only where ε0 > 1
 # (`dpmed.fets.privacy` leaves it out of the records of runs at ε0 ≤ 1).
@@ -440,67 +291,242 @@ PAPER_UTILITY_NOTES = (
     "(docs/privacy.md, note to finding 1)",
 )
 
-
-@register_aggregator("fedavg", "none", label="FedAvg", order=3)
-def fedavg_rule(local: Sequence[LocalTensor], tensor_name: str, cfg: ServerConfig) -> np.ndarray:
-    """FedAvg of one tensor."""
-    return fedavg(local)
-
-
-@register_aggregator("simagg", "none", label="SimAgg", order=1)
-def simagg_rule(local: Sequence[LocalTensor], tensor_name: str, cfg: ServerConfig) -> np.ndarray:
-    """Non-private SimAgg of one tensor with the run's distance."""
-    return simagg(local, tensor_name=tensor_name, distance=cfg.simagg_distance)
-
-
-@register_aggregator(
-    "dp_simagg",
+# Registration order = config enum order; `rank` orders a rule's runs in tables.
+DP_MODES: Registry[DPMode] = Registry("fets DP mode")
+DP_MODES.add("none", DPMode("none", True, rank=1, accepts=lambda rule: True,
+                            release=_none_release))  # fmt: skip
+DP_MODES.add(
     "paper",
-    label="DP-SimAgg paper",
-    order=0,
-    mechanism="DP-SimAgg paper mode (Algorithms 1-3): per-tensor clipping of weights at C, "
-    "similarity weights, empirical Delta f, classic Gaussian sigma per tensor",
-    reasons=PAPER_REASONS,
-    utility_notes=PAPER_UTILITY_NOTES,
+    DPMode(
+        "paper-approximation",
+        True,
+        rank=0,
+        accepts=lambda rule: rule.paper,
+        release=_paper_release,
+        mechanism=lambda name, rule: (
+            f"{name} (Algorithms 1-3): per-tensor clipping of weights "
+            f"at C, {rule.weighting}, empirical Delta f, classic Gaussian sigma per tensor"
+        ),
+        reasons=PAPER_REASONS,
+        utility_notes=PAPER_UTILITY_NOTES,
+    ),
 )
-def dp_simagg_paper_rule(
-    local: Sequence[LocalTensor], tensor_name: str, cfg: ServerConfig, rng: Any
-) -> tuple[np.ndarray, MechanismInfo]:
-    """Algorithm 1 on one tensor at the run's (C, ε0, δ0)."""
-    tensors, weights = [t.tensor for t in local], [t.weight for t in local]
-    return dp_simagg_paper_tensor(
-        tensors, weights, tensor_name, cfg.clip_norm, cfg.epsilon0, cfg.delta0, rng
+DP_MODES.add(
+    "sound",
+    DPMode(
+        "dp",
+        False,
+        rank=2,
+        accepts=lambda rule: rule.sensitivity is not None,
+        release=_sound_release,
+        mechanism=lambda name, rule: (
+            f"{name}: whole-model updates clipped jointly to C, {rule.dp_weighting}"
+        ),
+    ),
+)
+
+
+# --- aggregators: (rule, DP mode) pairs ----------------------------------------------------
+
+
+def wildcard_name(rule: str, private: bool) -> str:
+    """The aggregator wildcard value of a rule under a (non-)private DP mode: the rule's name,
+    or `dp_<rule>` (`dp_simagg`), so a private run's folder says so."""
+    return f"dp_{rule}" if private else rule
+
+
+@dataclass(frozen=True)
+class Aggregator:
+    """An aggregator wildcard value: its rule, whether it is private, its DP modes (in
+    `DP_MODES` order)."""
+
+    rule: str
+    private: bool
+    modes: tuple[str, ...]
+
+
+def _aggregators() -> Registry[Aggregator]:
+    """The aggregator wildcard values of every registered (rule, DP mode) pair, by DP mode
+    then rule (fedavg, simagg, dp_simagg, dp_fedavg)."""
+    found: dict[str, tuple[str, bool, list[str]]] = {}
+    for dpmode, mode in DP_MODES.items():
+        for rule_name, rule in RULES.items():
+            if mode.accepts(rule):
+                name = wildcard_name(rule_name, mode.private)
+                found.setdefault(name, (rule_name, mode.private, []))[2].append(dpmode)
+    out: Registry[Aggregator] = Registry("fets aggregator")
+    for name, (rule_name, private, modes) in found.items():
+        out.add(name, Aggregator(rule_name, private, tuple(modes)))
+    return out
+
+
+class AggregatorNames:
+    """`Registry` lookups (names, pattern, items, [name]) over the aggregator wildcard values,
+    derived anew from `RULES` and `DP_MODES` on each use: registering a rule or a DP mode adds
+    its values, removing it removes them."""
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(_aggregators(), attr)
+
+    def __getitem__(self, name: str) -> Aggregator:
+        return _aggregators()[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in _aggregators()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_aggregators())
+
+    def __len__(self) -> int:
+        return len(_aggregators())
+
+
+AGGREGATORS = AggregatorNames()
+
+
+@dataclass(frozen=True)
+class AggregatorMode:
+    """One aggregator in one DP mode: the rule, the DP mode wrapping it, and what follows.
+
+    Args:
+        rule: the aggregation rule.
+        dp: the DP mode.
+        label: the method name of tables and figures ("DP-SimAgg paper"); private runs add
+            " eps0=<ε0>".
+        order: rank of its runs in tables and figures (then ε0, then seed).
+        sensitivity: whole-model DP modes: the rule's Δf(C, m).
+        mechanism: private modes: the mechanism as privacy.json states it.
+        privacy_extra: whole-model DP modes: the rule's extra privacy.json fields.
+    """
+
+    rule: AggregationRule
+    dp: DPMode
+    label: str
+    order: int
+    sensitivity: Callable[[float, int], float] | None
+    mechanism: str | None
+    privacy_extra: Callable[[Mapping[str, Any]], dict[str, Any]] | None
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Why the DP mode's ε is not a formal guarantee."""
+        return self.dp.reasons
+
+    @property
+    def utility_notes(self) -> tuple[str, ...]:
+        """The DP mode's flaws that cost accuracy but not privacy."""
+        return self.dp.utility_notes
+
+    def release(self, *args: Any) -> Any:
+        """The DP mode's release of the rule (`DPMode` call shapes, without the rule)."""
+        return self.dp.release(self.rule, *args)
+
+
+def aggregator_mode(name: str, dpmode: str) -> AggregatorMode:
+    """Aggregator `name` in DP mode `dpmode`. Private labels are "DP-<rule label>", with the
+    mode's name where the rule has more than one private mode ("DP-SimAgg sound")."""
+    entry = AGGREGATORS[name]
+    if dpmode not in entry.modes:
+        raise ValueError(f"aggregator {name!r} has no DP mode {dpmode!r}")
+    rule, mode = RULES[entry.rule], DP_MODES[dpmode]
+    if not mode.private:
+        return AggregatorMode(rule, mode, rule.label, _order(rule, mode), None, None, None)
+    label = method = f"DP-{rule.label}"
+    if len(entry.modes) > 1:
+        label, method = f"{label} {dpmode}", f"{label} {dpmode} mode"
+    whole = not mode.per_tensor
+    return AggregatorMode(
+        rule,
+        mode,
+        label,
+        _order(rule, mode),
+        rule.sensitivity if whole else None,
+        mode.mechanism(method, rule),
+        rule.privacy_extra if whole else None,
     )
 
 
-@register_aggregator(
-    "dp_simagg",
-    "sound",
-    label="DP-SimAgg sound",
-    order=2,
-    sensitivity=lambda clip_norm, n_chosen: 2.0 * clip_norm,  # any normalised weighting
-    mechanism="DP-SimAgg sound mode: whole-model updates clipped jointly to C, similarity "
-    "weights on clipped updates, Delta f = 2C",
-)
-def dp_simagg_sound_rule(
-    updates: RoundTensors, weights: Sequence[float], cfg: ServerConfig, sigma: float, rng: Any
-) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Sound DP-SimAgg of the round's updates."""
-    return dp_simagg_sound(updates, weights, cfg.clip_norm, sigma, rng, cfg.simagg_distance)
+def _order(rule: AggregationRule, mode: DPMode) -> int:
+    """Rank in tables: by rule, then by DP mode."""
+    return rule.order * len(DP_MODES) + mode.rank
 
 
-@register_aggregator(
-    "dp_fedavg",
-    "sound",
-    label="DP-FedAvg",
-    order=4,
-    sensitivity=lambda clip_norm, n_chosen: 2.0 * clip_norm / n_chosen,  # uniform mean of m
-    mechanism="DP-FedAvg: whole-model updates clipped jointly to C, uniform mean, "
-    "Delta f = 2C/m, sigma = z*C/m",
-    privacy_extra=lambda last: {"z": 2.0 * last["noise_multiplier"]},  # σ = z·C/m, Δf = 2C/m
-)
-def dp_fedavg_rule(
-    updates: RoundTensors, weights: Sequence[float], cfg: ServerConfig, sigma: float, rng: Any
+@dataclass(frozen=True)
+class ServerConfig:
+    """What the aggregator is configured with (no data).
+
+    Args:
+        aggregator: a registered aggregator (`AGGREGATORS`).
+        dpmode: one of its DP modes.
+        epsilon0: per-round ε0 (None for the non-private mode).
+        delta0: per-round δ0.
+        clip_norm: C.
+        simagg_distance: a `dpmed.fets.aggregators.SIMAGG_DISTANCES` name.
+        sound_calibration: Gaussian calibration of the whole-model modes (`analytic`, `rdp`).
+        seed: the job seed of the noise draws (reproducible simulation); None draws every
+            round's noise from OS entropy (deployment).
+    """
+
+    aggregator: str
+    dpmode: str
+    epsilon0: float | None
+    delta0: float
+    clip_norm: float
+    simagg_distance: str
+    sound_calibration: str
+    seed: int | None
+
+    def __post_init__(self) -> None:
+        aggregator_mode(self.aggregator, self.dpmode)  # both registered, the pair supported
+        SIMAGG_DISTANCES[self.simagg_distance]  # registered
+        if (self.epsilon0 is None) == DP_MODES[self.dpmode].private:
+            raise ValueError("a finite epsilon0 goes with the DP aggregators only")
+        if DP_MODES[self.dpmode].private:
+            check_clip_norm(self.clip_norm)
+
+    @property
+    def mode(self) -> AggregatorMode:
+        """The rule, DP mode and texts of (aggregator, dpmode)."""
+        return aggregator_mode(self.aggregator, self.dpmode)
+
+
+# --- the paper's and the baselines' releases by name ---------------------------------------
+
+
+def dp_simagg_paper_tensor(
+    tensors: Sequence[np.ndarray],
+    weights: Sequence[float],
+    tensor_name: str,
+    clip_norm: float,
+    epsilon0: float,
+    delta0: float,
+    rng: Any,
+) -> tuple[np.ndarray, MechanismInfo]:
+    """Algorithm 1 exactly, for one tensor (`paper_release` of SimAgg; the OpenFL adapter's
+    paper mode)."""
+    return paper_release(
+        RULES["simagg"], tensors, weights, tensor_name, clip_norm, epsilon0, delta0, rng
+    )
+
+
+def dp_simagg_sound(
+    updates: RoundTensors,
+    weights: Sequence[float],
+    clip_norm: float,
+    sigma: float,
+    rng: Any,
+    distance: str = "l2",
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """DP-FedAvg of the round's updates; α = 1/m."""
-    return dp_fedavg(updates, cfg.clip_norm, sigma, rng), np.full(updates.n, 1.0 / updates.n)
+    """Sound DP-SimAgg of the round's updates (`sound_release` of SimAgg). The α are
+    non-negative with Σα ≤ 1, so the outputs of neighbouring rounds (one collaborator's update
+    replaced) both lie in the C-ball around o and differ by at most Δf = 2C."""
+    return sound_release(RULES["simagg"], updates, weights, clip_norm, sigma, rng, distance)
+
+
+def dp_fedavg(
+    updates: RoundTensors, clip_norm: float, sigma: float, rng: Any
+) -> dict[str, np.ndarray]:
+    """DP-FedAvg of the round's updates (`sound_release` of FedAvg, McMahan et al. 2018):
+    o + mean of the updates clipped jointly to C + N(0, σ²I), σ = z·C/m; with replace-one
+    adjacency Δf = 2C/m, so z = 2σ/Δf. Returns the noisy new state by tensor name."""
+    return sound_release(RULES["fedavg"], updates, np.ones(updates.n), clip_norm, sigma, rng)[0]

@@ -21,7 +21,7 @@ import pandas as pd
 
 from dpmed.config.grid import wildcards_from_path
 from dpmed.fets.aggregation import DP_MODES
-from dpmed.fets.spec import is_swept
+from dpmed.fets.grid import is_swept
 from dpmed.report.claims import Claim, below, observations, paired
 
 LEARNED_DICE = 0.1  # below it in both arms, a model has not learned the task

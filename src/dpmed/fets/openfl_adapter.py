@@ -52,16 +52,9 @@ import numpy as np
 import pandas as pd
 
 from dpmed.fets import aggregation as agg
-from dpmed.fets.aggregation import AGGREGATORS, DP_MODES
+from dpmed.fets.aggregation import AGGREGATORS, DP_MODES, ServerConfig
 from dpmed.fets.privacy import round_columns
-from dpmed.fets.server import (
-    RoundMechanisms,
-    Server,
-    ServerConfig,
-    check_model,
-    noise_generator,
-    screen_round,
-)
+from dpmed.fets.server import RoundMechanisms, Server, check_model, noise_generator, screen_round
 from dpmed.privacy.mechanisms import noise_source
 
 logger = logging.getLogger(__name__)

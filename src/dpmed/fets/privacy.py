@@ -9,8 +9,9 @@ paper counts one ("for the monitored weight tensor"). The `_all` columns compose
 mechanisms (basic: r·K·ε0; RDP at the same δ). Paper-mode numbers take the empirical Δf as if
 it were a sensitivity, so they are not a guarantee (`paper-approximation`).
 
-The mechanism texts, reasons, utility notes and aggregator-specific fields of privacy.json come
-from the aggregator's registry entry (`dpmed.fets.aggregation.AGGREGATORS`). The guarantee
+The mechanism texts, reasons, utility notes and rule-specific fields of privacy.json come
+from the run's aggregation rule and the DP mode wrapping it (`dpmed.fets.aggregation.
+aggregator_mode`). The guarantee
 covers what the server releases, the global model after every round (`COVERS`); the
 collaborators' validation scores, the schedule, the timings and, in paper mode, the empirical
 Δf are written beside it without noise (`not_covered`). `extra.noise_source` says whether the
@@ -25,8 +26,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from dpmed.fets.aggregation import CLASSIC_SIGMA_REASON, DP_MODES
-from dpmed.fets.server import RoundMechanisms, ServerConfig
+from dpmed.fets.aggregation import CLASSIC_SIGMA_REASON, DP_MODES, ServerConfig
+from dpmed.fets.server import RoundMechanisms
 from dpmed.privacy.mechanisms import noise_source, rdp_epsilon
 from dpmed.privacy.record import PrivacyRecord
 

@@ -18,12 +18,15 @@ tensors at most three times, whatever the rule:
    overflow nor cancellation against a huge update spoils the other collaborators' distances.
 3. `combine`: o + Σ β_i v_i + σ·z.
 
-Both walk the model (its tensors in key order, as one flat index space) in blocks of `BLOCK`
-columns, run by the block threads (`dpmed.parallel`); inside a block, the compiled kernels of
-`dpmed.fets.block_kernels` read each column of the n local tensors once. No (n, d) copy and
-no float64 copy of the model is made: block norms and Gram entries are computed and summed in
-float64, in block order, so the result does not depend on the number of threads. A noise draw from
-`dpmed.privacy.normals.NormalSource.draw` is filled block by block into a per-thread buffer
+All three walk the model (its tensors in key order, as one flat index space) in blocks, run by
+the block threads (`dpmed.parallel`). The norm and Gram passes copy a block's n rows (and, for
+the Gram matrix, a row of ones) into one float64 buffer of at most `ROWS` values and take the
+norms (one `einsum`) or the Gram matrix (one BLAS product) there, so a column of the n local
+tensors is read once per pass and no (n, d) or float64 copy of the whole model is made. BLAS
+runs on one thread in the Gram pass: its own threads, started inside each block thread,
+oversubscribe the cores and made the pass many times slower. Block results are summed in
+float64 in block order, so the result does not depend on the number of threads. A noise draw
+from `dpmed.privacy.normals.NormalSource.draw` is filled block by block into a per-thread buffer
 and added there (the blocks then follow the draw's own blocks), so the d noise values are never
 stored.
 """
@@ -33,19 +36,21 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from dpmed import parallel
 from dpmed.privacy.normals import NormalDraw
 
-BLOCK = 1 << 18  # columns per block without noise: 27 blocks for the 7 M-value tensors
+BLOCK = 1 << 18  # columns per block of the combination without noise
+ROWS = 1 << 21  # float64 values of a norm or Gram block's rows (16 MiB): ROWS // (n + 1) columns
 Noise = np.ndarray | NormalDraw
 
 
 def _work_dtype(dtype: np.dtype) -> np.dtype:
-    """The kernels' arithmetic: float32 for float32 and narrower tensors, else float64."""
+    """The combination's arithmetic: float32 for float32 and narrower tensors, else float64."""
     return np.dtype(np.float32 if dtype.itemsize <= 4 else np.float64)
 
 
@@ -95,14 +100,32 @@ class TensorGroup:
         """Values per collaborator."""
         return self.arrays[0].size
 
-    @cached_property
-    def kernel_args(self) -> tuple[Sequence[np.ndarray], np.ndarray, bool]:
-        """(arrays, origin, has origin) as the `dpmed.fets.block_kernels` kernels take them
-        (the arrays a tuple, or a typed list for many collaborators: `kernel_arrays`)."""
-        from dpmed.fets.block_kernels import kernel_arrays  # numba: imported on first use
+    def _rows(self, start: int, stop: int, scale: np.ndarray | None, out: np.ndarray) -> None:
+        """out[i] = c_i (x_i − o) over columns [start, stop) in float64 (`out` (n, stop −
+        start) float64; c = `scale`, None: no scaling)."""
+        for i, x in enumerate(self.arrays):
+            np.copyto(out[i], x[start:stop])
+        if self.origin is not None:
+            out -= self.origin[start:stop].astype(np.float64)
+        if scale is not None:
+            out *= scale[:, None]
 
-        origin = np.empty(0, self.arrays[0].dtype) if self.origin is None else self.origin
-        return kernel_arrays(self.arrays), origin, self.origin is not None
+    def _combine_into(
+        self, beta: np.ndarray, z: np.ndarray | None, sigma: float, start: int, out: np.ndarray
+    ) -> None:
+        """out = o + Σ β_i (x_i − o) (+ σ·z) over columns [start, start + len(out)), in the
+        arrays' dtype (`beta` and `sigma` in it too)."""
+        stop = start + out.size
+        term = _scratch("term", out.size, out.dtype)
+        origin = None if self.origin is None else self.origin[start:stop]
+        out[:] = 0 if origin is None else origin
+        for b, x in zip(beta, self.arrays, strict=True):
+            update = x[start:stop] if origin is None else np.subtract(x[start:stop], origin, term)
+            np.multiply(update, b, out=term)
+            out += term
+        if z is not None:
+            np.multiply(z, sigma, out=term)
+            out += term
 
     @cached_property
     def sq_norms(self) -> np.ndarray:
@@ -217,52 +240,52 @@ class RoundTensors:
         if pieces:
             yield pieces
 
+    def _row_blocks(self) -> list[list[_Piece]]:
+        """The blocks of the norm and Gram passes: `ROWS` float64 values of n + 1 rows each."""
+        return list(self._blocks(max(1, ROWS // (self.n + 1))))
+
     @cached_property
     def sq_norms(self) -> np.ndarray:
         """(n, tensors) float64 squared norms ‖x_i − o‖² of each collaborator's tensors, in
         key order, summed directly (not from the Gram matrix): NaN where a tensor has a NaN
         entry, infinite where it has an infinite one or its norm passes float64's range.
         Computed once per round: the screen and the clipping rules share it."""
-        from dpmed.fets.block_kernels import norm_columns  # compiled or loaded on first use
-
         column = {name: k for k, name in enumerate(self.groups)}
 
         def block_norms(pieces: list[_Piece]) -> np.ndarray:
             out = np.zeros((len(column), self.n))
             for p in pieces:
-                norm_columns(*self.groups[p.name].kernel_args, p.start, p.stop, out[column[p.name]])
+                v = _scratch("rows", self.n * (p.stop - p.start), np.float64).reshape(self.n, -1)
+                self.groups[p.name]._rows(p.start, p.stop, None, v)
+                out[column[p.name]] = np.einsum("ij,ij->i", v, v)
             return out
 
-        blocks = parallel.map_blocks(block_norms, list(self._blocks(BLOCK)))
+        blocks = parallel.map_blocks(block_norms, self._row_blocks())
         return sum(blocks, np.zeros((len(column), self.n))).T
 
     def gram(self, scale: Sequence[float] | None = None) -> np.ndarray:
         """The basis Gram matrix of the whole model (`TensorGroup.gram` summed over tensors)."""
-        from dpmed.fets.block_kernels import gram_columns  # compiled or loaded on first use
-
         n = self.n
-        c = np.ones(n) if scale is None else np.asarray(scale, dtype=np.float64)
+        c = None if scale is None else np.asarray(scale, dtype=np.float64)
 
         def block_gram(pieces: list[_Piece]) -> np.ndarray:
-            out = np.zeros((n + 1, n + 1))
+            width = sum(p.stop - p.start for p in pieces)
+            b = _scratch("rows", (n + 1) * width, np.float64).reshape(n + 1, width)
             for p in pieces:
-                arrays, origin, has_origin = self.groups[p.name].kernel_args
-                gram_columns(arrays, origin, has_origin, c, p.start, p.stop, out)
-            return out
+                rows = b[:n, p.at : p.at + p.stop - p.start]
+                self.groups[p.name]._rows(p.start, p.stop, c, rows)
+            b[1:n] -= b[0]  # b_i = c_i v_i − c_0 v_0
+            b[n] = 1.0
+            return b @ b.T  # one BLAS product (numpy takes b·bᵀ as a symmetric rank update)
 
-        total = sum(parallel.map_blocks(block_gram, list(self._blocks(BLOCK))))
-        total[n, n] = self.size
-        symmetric = total + total.T  # the kernels fill the upper triangle
-        np.fill_diagonal(symmetric, np.diag(total))
-        return symmetric
+        with _blas().limit(limits=1, user_api="blas"):  # module docstring
+            return sum(parallel.map_blocks(block_gram, self._row_blocks()))
 
     def combine(
         self, beta: Sequence[float], noise: Noise | None = None, sigma: float = 0.0
     ) -> dict[str, np.ndarray]:
         """o + Σ β_i v_i (+ σ·noise) per tensor; `noise` is flat over the model in key order:
         an array, or a `NormalDraw` (filled block by block, never stored whole)."""
-        from dpmed.fets.block_kernels import combine_columns  # compiled or loaded on first use
-
         width, noise_block = _noise_blocks(noise, self.size)
         outs = {name: np.empty(g.size, dtype=g.arrays[0].dtype) for name, g in self.groups.items()}
         # β and σ in each arithmetic dtype, converted once rather than per piece
@@ -274,18 +297,10 @@ class RoundTensors:
         def block_combine(index: int, pieces: list[_Piece]) -> None:
             z = noise_block(index, sum(p.stop - p.start for p in pieces))
             for p in pieces:
-                dtype = outs[p.name].dtype
-                piece = np.empty(0, dtype) if z is None else z[p.at : p.at + p.stop - p.start]
-                betas, sigma_t = scalars[dtype]
-                combine_columns(
-                    *self.groups[p.name].kernel_args,
-                    betas,
-                    np.ascontiguousarray(piece, dtype=dtype),
-                    sigma_t,
-                    p.start,
-                    p.stop,
-                    outs[p.name],
-                )
+                betas, sigma_t = scalars[outs[p.name].dtype]
+                piece = None if z is None else z[p.at : p.at + p.stop - p.start]
+                out = outs[p.name][p.start : p.stop]
+                self.groups[p.name]._combine_into(betas, piece, sigma_t, p.start, out)
 
         blocks = list(self._blocks(width))
         parallel.map_blocks(block_combine, range(len(blocks)), blocks)
@@ -295,17 +310,24 @@ class RoundTensors:
         }
 
 
+@cache
+def _blas() -> ThreadpoolController:
+    """The process's BLAS thread pools (scanned once)."""
+    return ThreadpoolController()
+
+
 _THREAD = threading.local()
 
 
-def _scratch(size: int, dtype: np.dtype) -> np.ndarray:
-    """This thread's noise buffer of `size` values of `dtype` (reused: a fresh buffer per
-    block would be new pages, whose first touch costs more than the fill)."""
+def _scratch(use: str, size: int, dtype: np.dtype | type) -> np.ndarray:
+    """`size` values of `dtype` from this thread's buffer for `use`, grown as needed and
+    reused (a fresh buffer per block would be new pages, whose first touch costs more than the
+    pass itself)."""
     buffers = _THREAD.__dict__.setdefault("buffers", {})
-    key = (size, np.dtype(dtype))
-    if key not in buffers:
+    key = (use, np.dtype(dtype))
+    if key not in buffers or buffers[key].size < size:
         buffers[key] = np.empty(size, dtype=dtype)
-    return buffers[key]
+    return buffers[key][:size]
 
 
 def _noise_blocks(
@@ -320,7 +342,7 @@ def _noise_blocks(
     if isinstance(noise, NormalDraw):
 
         def fill(index: int, length: int) -> np.ndarray:
-            z = _scratch(noise.block, noise.dtype)[:length]
+            z = _scratch("noise", length, noise.dtype)
             noise.fill(index, z)
             return z
 

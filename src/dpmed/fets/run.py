@@ -45,9 +45,9 @@ from dpmed.data import fets
 from dpmed.fets import privacy, selection, timing
 from dpmed.fets.brats import DICE_KEYS, LABEL_VALUES
 from dpmed.fets.collaborator import Collaborator, LocalTraining, load_numpy_state, state_to_numpy
+from dpmed.fets.grid import aggregator_name
 from dpmed.fets.resources import ResourceMeter, Totals
 from dpmed.fets.server import Local, RoundMechanisms, Server, ServerConfig
-from dpmed.fets.spec import aggregator_name
 from dpmed.io import write_csv, write_json
 from dpmed.models import build_model, save_model
 from dpmed.models.resunet3d import count_parameters
@@ -60,10 +60,9 @@ MODEL = "resunet3d"  # the registered 3D residual U-Net (4 modalities in, 4 clas
 
 def run(job: JobContext) -> dict[str, Any]:
     """Run (or resume) one fets job; returns metrics.json's content."""
-    device = job.start()
+    prepared = prepare(job)
+    device, cfg, federation = prepared.device, prepared.server, prepared.federation
     job.write_config("fets", device)
-    cfg = server_config(job)
-    federation = build_federation(job, device)
     checkpoint = job.checkpoint("fets")
     run_state = resume(checkpoint, device) or first_state(federation, cfg, device)
     server = Server(cfg)
@@ -84,6 +83,24 @@ def run(job: JobContext) -> dict[str, Any]:
     metrics = write_outputs(job, cfg, federation, run_state)
     checkpoint.remove()
     return metrics
+
+
+@dataclass(frozen=True)
+class FetsSetup:
+    """What a fets job runs before its first round (`prepare`): its device, the server's
+    settings (aggregator, DP mode, ε0, noise seed) and the federation."""
+
+    device: torch.device
+    server: ServerConfig
+    federation: Federation
+
+
+def prepare(job: JobContext) -> FetsSetup:
+    """Start `job` (seeds, device) and build its server settings and federation, drawing every
+    seed in the order a run does: the runner, the privacy audit (`dpmed.fets.audit`) and the
+    preflight probes (`dpmed.fets.probe`) all start here."""
+    device = job.start()
+    return FetsSetup(device, server_config(job), build_federation(job, device))
 
 
 def server_config(job: JobContext) -> ServerConfig:
@@ -262,7 +279,7 @@ def aggregate_round(
 ) -> tuple[dict[str, np.ndarray], RoundMechanisms | None]:
     """Local training of the `chosen` from the global `state` (each seeded by the federation's
     local seed, the round and its name), then the server's aggregate (the local states are
-    freed on return). `extra` (privacy audits only, `dpmed.privacy.audit.fets`): further
+    freed on return). `extra` (privacy audits only, `dpmed.fets.audit`): further
     (name, state, weight) triples aggregated after the chosen collaborators', as more
     collaborators of the round."""
     local = []

@@ -1,6 +1,6 @@
 """The fets server: turns one round's local tensors into the next global model with the run's
-registered aggregator and DP mode (`dpmed.fets.aggregation`), and reports the mechanisms it
-applied.
+aggregation rule wrapped by its DP mode (`dpmed.fets.aggregation`, configured by its
+`ServerConfig`), and reports the mechanisms it applied.
 
 `Server.aggregate` receives only (collaborator name, state dict of numpy tensors, data-size
 weight) triples and the current global state; data-size weights are normalised to sum 1 over
@@ -27,50 +27,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpmed.fets import aggregation as agg
-from dpmed.fets.aggregation import DP_MODES, AggregatorMode, aggregator_mode
+from dpmed.fets.aggregation import DP_MODES, MechanismInfo, ServerConfig
+from dpmed.fets.aggregators import LocalTensor, normalised_weights
 from dpmed.fets.round_tensors import RoundTensors, TensorGroup
 from dpmed.privacy import mechanisms
 from dpmed.privacy.normals import NormalSource
 from dpmed.seeding import stable_seed
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """What the aggregator is configured with (no data).
-
-    Args:
-        aggregator: a registered aggregator (`dpmed.fets.aggregation.AGGREGATORS`).
-        dpmode: one of its DP modes.
-        epsilon0: per-round ε0 (None for the non-private mode).
-        delta0: per-round δ0.
-        clip_norm: C.
-        simagg_distance: a `SIMAGG_DISTANCES` name.
-        sound_calibration: Gaussian calibration of the whole-model modes (`analytic`, `rdp`).
-        seed: the job seed of the noise draws (reproducible simulation); None draws every
-            round's noise from OS entropy (deployment).
-    """
-
-    aggregator: str
-    dpmode: str
-    epsilon0: float | None
-    delta0: float
-    clip_norm: float
-    simagg_distance: str
-    sound_calibration: str
-    seed: int | None
-
-    def __post_init__(self) -> None:
-        aggregator_mode(self.aggregator, self.dpmode)  # both registered, the pair supported
-        if (self.epsilon0 is None) == DP_MODES[self.dpmode].private:
-            raise ValueError("a finite epsilon0 goes with the DP aggregators only")
-        if DP_MODES[self.dpmode].private:
-            agg.check_clip_norm(self.clip_norm)
-
-    @property
-    def mode(self) -> AggregatorMode:
-        """The registered rule and texts of (aggregator, dpmode)."""
-        return aggregator_mode(self.aggregator, self.dpmode)
 
 
 @dataclass(frozen=True)
@@ -157,7 +119,7 @@ def screen_round(
     warning naming the collaborator and the tensor, each update u_i = w_i − w_global with a
     non-finite entry or ‖u_i‖ > `MAX_UPDATE_NORM` (float64 norms, `RoundTensors.sq_norms`):
     it is replaced by the zero update and keeps its weight and its place in the count."""
-    weights = agg.normalised_weights([w for _, _, w in local])
+    weights = normalised_weights([w for _, _, w in local])
     check_model(global_state, f"round {fl_round}: the global model")
     updates = RoundTensors.updates(global_state, [state for _, state, _ in local])
     names = list(global_state)
@@ -193,7 +155,8 @@ class Server:
         self.cfg = cfg
 
     def sound_sigma(self, n_chosen: int) -> tuple[float, float]:
-        """(σ, Δf) of a whole-model DP mode's one mechanism per round of `n_chosen` updates."""
+        """(σ, Δf) of a whole-model DP mode's one mechanism per round of `n_chosen` updates (the
+        rule's sensitivity)."""
         cfg = self.cfg
         delta_f = cfg.mode.sensitivity(cfg.clip_norm, n_chosen)
         sigma = mechanisms.calibrate(cfg.sound_calibration, delta_f, cfg.epsilon0, cfg.delta0)
@@ -201,7 +164,7 @@ class Server:
 
     def generator(self, fl_round: int) -> NormalSource:
         """The noise generator of round `fl_round` (`noise_generator`; a privacy audit's server
-        overrides it to scale the noise, `dpmed.privacy.audit.fets`)."""
+        overrides it to scale the noise, `dpmed.fets.audit`)."""
         return noise_generator(self.cfg.seed, fl_round)
 
     def aggregate(
@@ -222,18 +185,15 @@ class Server:
     def _per_tensor(
         self, global_state: Mapping[str, np.ndarray], screened: ScreenedRound, rng: NormalSource
     ) -> tuple[dict[str, np.ndarray], RoundMechanisms | None]:
-        """The rule once per tensor; private modes: one mechanism each."""
-        cfg, rule = self.cfg, self.cfg.mode.rule
-        private = DP_MODES[cfg.dpmode].private
+        """The DP mode's release once per tensor; private modes: one mechanism each."""
+        cfg, mode = self.cfg, self.cfg.mode
         out: dict[str, np.ndarray] = {}
-        infos: list[agg.MechanismInfo] = []
+        infos: list[MechanismInfo] = []
         for tensor_name in global_state:
-            local_tensors = [agg.LocalTensor(n, s[tensor_name], w) for n, s, w in screened.local]
-            if private:
-                out[tensor_name], info = rule(local_tensors, tensor_name, cfg, rng)
+            local_tensors = [LocalTensor(n, s[tensor_name], w) for n, s, w in screened.local]
+            out[tensor_name], info = mode.release(local_tensors, tensor_name, cfg, rng)
+            if info is not None:
                 infos.append(info)
-            else:
-                out[tensor_name] = rule(local_tensors, tensor_name, cfg)
         if not infos:
             return out, None
         sigmas = [i.sigma for i in infos]
@@ -249,12 +209,12 @@ class Server:
     def _whole_model(
         self, screened: ScreenedRound, rng: NormalSource
     ) -> tuple[dict[str, np.ndarray], RoundMechanisms]:
-        """The rule once on the whole model's updates; one mechanism per round, calibrated for
-        the count m of all chosen collaborators (rejected ones included)."""
+        """The DP mode's release once on the whole model's updates; one mechanism per round,
+        calibrated for the count m of all chosen collaborators (rejected ones included)."""
         cfg = self.cfg
         weights = [w for _, _, w in screened.local]
         sigma, delta_f = self.sound_sigma(len(weights))
-        new, alpha = cfg.mode.rule(screened.updates, weights, cfg, sigma, rng)
+        new, alpha = cfg.mode.release(screened.updates, weights, cfg, sigma, rng)
         return new, RoundMechanisms(
             1,
             delta_f,

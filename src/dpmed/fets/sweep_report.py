@@ -3,7 +3,7 @@ budget ε0 for every aggregator and DP mode, one panel per m (collaborators per 
 companion table with the noise σ per coordinate of every (mode, m, ε0).
 
 The runs are those of the grid blocks with a `sweep` over the participation ρ
-(`dpmed.fets.spec.sweep`; their aggregator wildcard is `<aggregator>-rho<ρ>`). m is read from
+(`dpmed.fets.grid.sweep`; their aggregator wildcard is `<aggregator>-rho<ρ>`). m is read from
 each run's selection.csv (the collaborators of every round), σ from its rounds.csv (`sigma`:
 the round's largest per-coordinate noise std over its mechanisms, `sigma_min` the smallest).
 A DP run's `gain_fraction` is the share of its non-private baseline's gain over the untrained
@@ -27,7 +27,7 @@ import pandas as pd
 from dpmed.config.grid import wildcards_from_path
 from dpmed.config.wildcards import format_eps, parse_eps
 from dpmed.fets.aggregation import AGGREGATORS, DP_MODES, aggregator_mode
-from dpmed.fets.spec import aggregator_name, participation_override
+from dpmed.fets.grid import aggregator_name, participation_override
 from dpmed.report.intervals import STATS, summarize, t_interval
 from dpmed.report.style import save_figure, write_table
 

@@ -16,6 +16,7 @@ import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -141,6 +142,14 @@ def model_arguments(name: str, available: Mapping[str, Any]) -> dict[str, Any]:
     model from the keys it takes. Keys come from the validated config, so none is misspelt."""
     declared = model_parameters(name)
     return {key: available[key] for key in declared if key in available}
+
+
+@cache
+def parameter_count(name: str, **arguments: Any) -> int:
+    """Trainable parameters of registry model `name` built with `arguments` (those it takes;
+    built once per distinct architecture, to size its jobs)."""
+    net = build_model(name, **model_arguments(name, arguments))
+    return sum(p.numel() for p in net.parameters() if p.requires_grad)
 
 
 def save_model(path: str | Path, name: str, arguments: Mapping[str, Any], net: nn.Module) -> None:

@@ -3,27 +3,14 @@
 A job's cost per step and its memory depend on what it builds and runs, not on its seed or
 its learning rate, and its privacy budget ε changes only the noise multiplier σ (a scalar):
 the tensors, their shapes and the code path are the same at every finite ε. So jobs are
-grouped by a *shape key* (`shape_key`) and one representative per group is timed and
-memory-probed; σ is still calibrated for every distinct ε of the group (`Cell.eps`). What the
-key keeps, per study:
+grouped by a *shape key* and one representative per group is timed and memory-probed; σ is
+still calibrated for every distinct ε of the group (`Cell.eps`). What the key keeps, which
+cells share one probe (`probe_key`: cells that differ only in scalars of the same
+computation) and which part of a probe no method changes (`shared_key`) each study's sizing
+says (`dpmed.sizing.StudySizing`, in `<study>/sizing.py`); this module iterates over the
+study registry.
 
-- seg: dataset (input size, images, classes), model and its architecture (width, depth, deep
-  supervision), batch size, clip rule (non-private, or which per-sample rule), DP-Morph kind
-  (none, fixed operation, adaptive over the batch or per image: different code and cost).
-  Dropped: seed, ε (σ only), morph kernel/quantiles, lr and C (a sweep's axes), epochs (they
-  multiply the steps, not the cost of one: the cost projection reads each job's own epochs).
-- fets: the aggregator and DP mode (the server's rule), the participation (how many updates
-  the server holds), private or not, the network (base filters, depth, norm), patch and batch
-  size. Dropped: seed, ε0, rounds.
-- xcal: dataset, model and width, method (its step and noise code), shift, client count (the
-  data each client holds), private or not, batch size. Dropped: seed, ε, rounds.
-
-Each cell keeps its own rows: σ calibrated for its ε, its own requests checked. Cells that
-differ only in scalars of the same computation share one probe (`probe_key`): the private seg
-clip rules (each scales the B per-sample norms by its own elementwise s(n) before the same
-sum), the XCal-FL presets (weights of the same signal components) and the xcal shift and
-client count (which partition the data without changing one client's step, a Poisson batch of
-the same expected size, or the data the job holds).
+Each cell keeps its own rows: σ calibrated for its ε, its own requests checked.
 """
 
 from __future__ import annotations
@@ -35,94 +22,33 @@ from typing import Any
 
 from dpmed.config.grid import Grid, Job
 from dpmed.config.wildcards import parse_eps
-from dpmed.seg.spec import attacked
+from dpmed.sizing import study_sizing
+from dpmed.studies import STUDIES
 
 CELL_FILE = "cell.json"  # per probed cell, in the preflight's logs/<index>/ folder
-# The job_cost rules each study's cells are priced under (seg jobs are trained then attacked).
-STUDY_RULES: dict[str, tuple[str, ...]] = {
-    "seg": ("seg_train", "seg_attack"),
-    "fets": ("fets_train",),
-    "xcal": ("xcal_train",),
-}
-SEG_ARCHITECTURE = (
-    "width",
-    "depth",
-    "deep_supervision",
-    "batch_size",
-    "physical_batch",
-    "grad_sample_mode",
-)
-FETS_COLLABORATOR = ("base_filters", "depth", "norm", "patch_size", "batch_size")
-FETS_NETWORK = (*FETS_COLLABORATOR, "participation")
-XCAL_NETWORK = ("width_scale", "batch_size", "clients_per_round")
 
 
-def _frozen(value: Any) -> Any:
-    """A hashable copy of a params value (lists become tuples)."""
-    if isinstance(value, list | tuple):
-        return tuple(_frozen(v) for v in value)
-    return value
-
-
-def _morph_kind(morph: str) -> str:
-    """`none`, `fixed`, `adaptive-batch` or `adaptive-sample` (the paper's batch thresholds or
-    the per-image ones, suffix `-s`)."""
-    from dpmed.seg.morphology import parse_morph
-
-    spec = parse_morph(morph, (20.0, 85.0))
-    return f"adaptive-{spec.scope}" if spec.kind == "adaptive" else spec.kind
+def study_rules() -> dict[str, tuple[str, ...]]:
+    """study → the job_cost rules its cells are priced under, for every registered study."""
+    return {study: tuple(study_sizing(study).rules) for study in STUDIES}
 
 
 def shape_key(study: str, wildcards: Mapping[str, str], params: Mapping[str, Any]) -> tuple:
-    """The key of jobs that build the same tensors and run the same code (module docstring)."""
-    private = math.isfinite(parse_eps(wildcards["eps"]))
-    if study == "seg":
-        from dpmed.seg.spec import clip_rule
-
-        rule = clip_rule(wildcards["clip"]) if private else "none"
-        arch = tuple((k, _frozen(params[k])) for k in SEG_ARCHITECTURE if k in params)
-        return ("seg", wildcards["dataset"], wildcards["model"], rule,
-                _morph_kind(wildcards["morph"]), arch)  # fmt: skip
-    if study == "fets":
-        from dpmed.fets.spec import aggregator_name
-
-        net = tuple((k, _frozen(params[k])) for k in FETS_NETWORK)
-        return ("fets", aggregator_name(wildcards["aggregator"]), wildcards["dpmode"], private, net)
-    if study == "xcal":
-        net = tuple((k, _frozen(params[k])) for k in XCAL_NETWORK)
-        axes = ("dataset", "model", "method", "shift", "clients")
-        return ("xcal", *(wildcards[k] for k in axes), private, net)
-    raise ValueError(f"unknown study {study!r}")
+    """The key of jobs that build the same tensors and run the same code: the study and its
+    sizing's `shape_key`."""
+    return (study, *study_sizing(study).shape_key(wildcards, params))
 
 
 def probe_key(cell: Cell) -> tuple:
-    """The key of cells one probe measures (module docstring): the shape key with the private
-    seg clip rule, the xcal preset, shift and client count dropped."""
-    if cell.study == "seg":
-        _, dataset, model, rule, morph, arch = cell.key
-        return ("seg", dataset, model, rule != "none", morph, arch)
-    if cell.study == "xcal":
-        from dpmed.xcal.methods import split_method
-
-        _, dataset, model, method, _, _, private, net = cell.key
-        return ("xcal", dataset, model, split_method(method)[0], private, net)
-    return cell.key
+    """The key of cells one probe measures: the study and its sizing's `probe_key`."""
+    return (cell.study, *study_sizing(cell.study).probe_key(cell.key[1:]))
 
 
-def collaborator_key(cell: Cell) -> tuple:
-    """What a fets collaborator's training and validation depend on: the network, patch and
-    batch size. The server's rule, its DP mode, ε0 and the participation do not enter, so
-    every fets cell of one network shares one collaborator-side probe."""
-    return tuple((k, _frozen(cell.job.params[k])) for k in FETS_COLLABORATOR)
-
-
-def evaluation_key(cell: Cell) -> tuple:
-    """What an xcal run's test evaluation and ROAD depend on: the dataset (its test set), the
-    network and the ROAD settings; not the method, shift, clients or ε (they change the
-    weights, not the work of a forward pass or of Grad-CAM)."""
-    params = cell.job.params
-    return (cell.job.wc["dataset"], cell.job.wc["model"], _frozen(params["width_scale"]),
-            _frozen(params["road_subsample"]), _frozen(params["road_percentages"]))  # fmt: skip
+def shared_key(cell: Cell) -> tuple | None:
+    """The key of the part of `cell`'s probe that no method changes, measured once for every
+    cell with that key (None: the study's probe has no such part)."""
+    key = study_sizing(cell.study).shared_key
+    return None if key is None else (cell.study, *key(cell.job.wc, cell.job.params))
 
 
 @dataclass
@@ -151,15 +77,16 @@ class Cell:
 
 
 def rule_jobs(cell: Cell, rule: str) -> list[Job]:
-    """The jobs of `cell` that run `rule`: all of them, but seg_attack only for the cells of
-    blocks with the attack on (`dpmed.seg.spec.attacked`)."""
-    return attacked(cell.jobs) if rule == "seg_attack" else list(cell.jobs)
+    """The jobs of `cell` that run `rule` (the rule's sizing says which, e.g. seg_attack only
+    in blocks with the attack on)."""
+    return study_sizing(cell.study).rules[rule].runs(cell.jobs)
 
 
-def distinct_cells(grid: Grid, studies: Iterable[str] = STUDY_RULES) -> list[Cell]:
-    """The distinct cells of `grid`, in grid order; every job is in exactly one."""
+def distinct_cells(grid: Grid, studies: Iterable[str] | None = None) -> list[Cell]:
+    """The distinct cells of `grid` (of `studies`; default every registered one), in grid
+    order; every job is in exactly one."""
     cells: dict[tuple, Cell] = {}
-    for study in studies:
+    for study in STUDIES if studies is None else studies:
         for job in grid.jobs(study):
             key = shape_key(study, job.wc, job.params)
             cell = cells.setdefault(key, Cell(study, key, job))
@@ -168,18 +95,12 @@ def distinct_cells(grid: Grid, studies: Iterable[str] = STUDY_RULES) -> list[Cel
 
 
 def _features(cell: Cell) -> set[tuple[str, str]]:
-    """What a cell shows the sample: the models, methods (seg: clip rule and DP-Morph kind,
-    fets: aggregator and DP mode, xcal: method) and ε of its jobs."""
+    """What a cell shows the sample: its sizing's `sample_features` (models, methods) and the
+    ε of its jobs."""
+    sizing = study_sizing(cell.study)
     out: set[tuple[str, str]] = set()
     for job in cell.jobs:
-        wc = job.wc
-        if cell.study == "seg":
-            names = [f"clip={wc['clip']}", f"morph={_morph_kind(wc['morph'])}"]
-        elif cell.study == "fets":
-            names = [f"aggregator={cell.key[1]}", f"dpmode={wc['dpmode']}"]
-        else:
-            names = [f"method={wc['method']}"]
-        names += [f"model={wc.get('model', 'resunet3d')}", f"eps={parse_eps(wc['eps']):g}"]
+        names = [*sizing.sample_features(cell.key[1:], job.wc), f"eps={parse_eps(job.wc['eps']):g}"]
         out |= {(cell.study, name) for name in names}
     return out
 
@@ -199,17 +120,9 @@ def sample_cells(cells: Sequence[Cell]) -> list[Cell]:
 
 
 def cost_features(cell: Cell) -> tuple:
-    """What a cell's cost per step depends on, most first (the input and network, private or
-    not, then the method's details); `nearest` compares cells on these in order."""
-    if cell.study == "seg":
-        _, dataset, model, rule, morph, arch = cell.key
-        return (dataset, model, arch, rule != "none", morph, rule)
-    if cell.study == "fets":
-        _, aggregator, dpmode, private, _ = cell.key
-        participation = _frozen(cell.job.params["participation"])
-        return (collaborator_key(cell), participation, private, aggregator, dpmode)
-    _, dataset, model, method, shift, clients, private, net = cell.key
-    return (dataset, model, net, private, method, clients, shift)
+    """What a cell's cost per step depends on, most first (its sizing's `cost_features`);
+    `nearest` compares cells on these in order."""
+    return study_sizing(cell.study).cost_features(cell.key[1:], cell.job.params)
 
 
 def nearest(cell: Cell, probed: Sequence[Cell]) -> Cell | None:

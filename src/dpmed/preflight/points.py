@@ -3,9 +3,9 @@
 The cost model's coefficients are fitted by `bench/job_cost.py` on small runs of the real job
 scripts; `bench/job_cost.py --preflight DIR` adds these points, measured at the configured
 sizes, so that the paper grid's requests rest on measures at the paper's sizes: the probe's
-peak RSS, and as time the preflight's projection of the whole job (its steps × the measured
-seconds per step, `dpmed.preflight.cost`; a lower bound, which the request's time margin
-covers).
+peak RSS, and as time the preflight's projection of the whole job (its counts of work × the
+measured seconds of one unit, `dpmed.preflight.cost`; a lower bound, which the request's time
+margin covers).
 """
 
 from __future__ import annotations
@@ -16,27 +16,29 @@ from typing import Any
 
 from dpmed import job_cost
 from dpmed.preflight.cells import CELL_FILE
-from dpmed.preflight.cost import RULE_COST
+from dpmed.preflight.cost import measured_seconds
 
 
 def cost_points(folder: Path) -> dict[str, list[dict[str, Any]]]:
     """rule → one point per cell the preflight in `folder` probed without error: the training
     rule of the cell's study, its cost features at the probed sizes, the probe's peak RSS as
     `measured.mem` and the projected seconds of the representative job as `measured.time`
-    (`source` preflight)."""
+    (`source` preflight), with the job's params and the data sections its wildcards name (the
+    study's and its dataset's), so a refit can recompute its features."""
     out: dict[str, list[dict[str, Any]]] = {}
     for path in sorted(Path(folder).glob(f"logs/*/{CELL_FILE}")):
         cell = json.loads(path.read_text())
         measures = cell["measures"]
         if measures.get("status") != "ok":
             continue
-        rule = f"{cell['study']}_train"
-        mem, time = job_cost.features(rule, {"data": cell["data"]}, cell["wildcards"],
-                                      cell["params"])  # fmt: skip
-        _, seconds = RULE_COST[rule](cell["data"], cell["wildcards"], cell["params"], measures)
+        rule, wc, params = f"{cell['study']}_train", cell["wildcards"], cell["params"]
+        data = {name: section for name, section in cell["data"].items()
+                if name == cell["study"] or name in wc.values()}  # fmt: skip
+        mem, time = job_cost.features(rule, {"data": data}, wc, params)
+        _, seconds = measured_seconds(rule, data, wc, params, measures)
         measured = {"mem": measures["peak_rss_mb"], "time": seconds}
         out.setdefault(rule, []).append({
-            "source": "preflight", "cell": cell["cell"], "wildcards": cell["wildcards"],
-            "mem": mem, "time": time, "measured": measured,
+            "source": "preflight", "cell": cell["cell"], "wildcards": wc, "params": params,
+            "data": data, "mem": mem, "time": time, "measured": measured,
         })  # fmt: skip
     return out

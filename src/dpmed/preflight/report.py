@@ -12,8 +12,8 @@ from typing import Any
 
 import pandas as pd
 
-from dpmed.preflight.cells import STUDY_RULES, Cell, rule_jobs
-from dpmed.preflight.cost import RULE_COST
+from dpmed.preflight.cells import Cell, rule_jobs, study_rules
+from dpmed.preflight.cost import measured_seconds, step_measure
 
 NO_GPU = "unknown (no GPU measured)"
 TOTAL = "total"
@@ -27,9 +27,9 @@ def cost_frame(
     not probe the nearest probed one: its measures carry `measured_by`); then one total row
     per (study, rule). Cells whose probe failed are left out of the totals and listed with
     status error."""
-    rows = []
+    rows, rules, data = [], study_rules(), config["data"]
     for cell, m in measured:
-        for rule in STUDY_RULES[cell.study]:
+        for rule in rules[cell.study]:
             jobs = rule_jobs(cell, rule)
             if not jobs:
                 continue
@@ -37,11 +37,10 @@ def cost_frame(
                    "measured_by": m.get("measured_by", cell.name), "device": m.get("device", ""),
                    "status": m.get("status", "error")}  # fmt: skip
             if m.get("status") == "ok":
-                costs = [RULE_COST[rule](config["data"], j.wc, j.params, m) for j in jobs]
+                costs = [measured_seconds(rule, data, j.wc, j.params, m) for j in jobs]
                 hours = sum(seconds for _, seconds in costs) / 3600
                 row |= {"steps_per_job": sum(s for s, _ in costs) / len(costs),
-                        "s_per_step": m["attack_seconds_per_batch" if rule == "seg_attack"
-                                        else "seconds_per_step"],
+                        "s_per_step": m[step_measure(rule, data, jobs[0].wc, jobs[0].params)],
                         "hours_per_job": hours / len(costs), "hours": hours}  # fmt: skip
             rows.append(row)
     frame = pd.DataFrame(rows)

@@ -27,16 +27,16 @@ from dpmed.config.grid import Grid, job_seed
 from dpmed.io import write_text
 from dpmed.preflight.cells import (
     CELL_FILE,
-    STUDY_RULES,
     Cell,
-    collaborator_key,
     distinct_cells,
-    evaluation_key,
     nearest,
     probe_key,
     rule_jobs,
     sample_cells,
+    shared_key,
+    study_rules,
 )
+from dpmed.preflight.study import study_probe
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -61,20 +61,16 @@ def probe_device(config: Mapping[str, Any]) -> str:
 
 
 def prepare_data(config: Mapping[str, Any], cells: Sequence[Cell], folder: Path) -> dict[str, Path]:
-    """Write the stand-in processed data the probes of `cells` read (fets, xcal); returns the
-    folder of each dataset."""
-    from dpmed.preflight.data import write_fets, write_medmnist
-
+    """Write the stand-in processed data the probes of `cells` read (`StudyProbe.write_data`,
+    once per data name); returns the folder of each data name."""
     out: dict[str, Path] = {}
     for cell in cells:
-        if cell.study == "xcal":
-            dataset = cell.job.wc["dataset"]
-            if dataset not in out:
-                out[dataset] = write_medmnist(config["data"][dataset], dataset,
-                                              folder / dataset, seed=0)  # fmt: skip
-        elif cell.study == "fets" and "fets" not in out:
-            shape = tuple(int(s) for s in config["data"]["fets"]["synthetic"]["shape"])
-            out["fets"] = write_fets(shape, folder / "fets", seed=0)
+        study = study_probe(cell.study)
+        if study.data_name is None:
+            continue
+        name = study.data_name(cell.job.wc)
+        if name not in out:
+            out[name] = study.write_data(config, name, folder / name)
     return out
 
 
@@ -102,32 +98,31 @@ def probe_cell(
     config: Mapping[str, Any], cell: Cell, device: str, data: Mapping[str, Path], work: Path,
     steps: int, timeout: float, shared: dict[tuple, dict[str, Any]],
 ) -> dict[str, Any]:  # fmt: skip
-    """The measures of `cell`'s representative job. What does not depend on the cell's method
-    runs in its own child, once, kept in `shared`: a fets cell's collaborators' training and
-    validation (once per network, `collaborator_key`; the cell's own child runs the server's
-    aggregation), an xcal cell's test evaluation and ROAD (once per `evaluation_key`; the
-    cell's own child runs the local steps). A shared part's peak counts in every cell it
-    serves: the job runs both parts in one process, one after the other."""
-    job = cell.job
-    dataset = job.wc.get("dataset", "fets")
-    spec = {"probe": cell.study, "study": cell.study, "wildcards": job.wc,
-            "params": dict(job.params), "seed": job_seed(cell.study, job.wc), "device": device,
-            "steps": steps, "config": {"data": config["data"]},
-            "data_dir": str(data.get(dataset, work)), "work_dir": str(work)}  # fmt: skip
-    if cell.study == "seg":
-        return _timed_child(spec, work, timeout)
-    if cell.study == "xcal":
-        shared_part, own_part = ("evaluation", "xcal_evaluation"), ("steps", "xcal")
-        key = ("xcal", evaluation_key(cell))
-    else:
-        shared_part, own_part = ("collaborators", "fets_collaborators"), ("server", "fets_server")
-        key = ("fets", collaborator_key(cell))
-    ran = key not in shared
-    if ran:
-        shared[key] = _timed_child(spec | {"probe": shared_part[1]}, work / shared_part[0],
-                                   timeout)  # fmt: skip
-    own = _timed_child(spec | {"probe": own_part[1]}, work / own_part[0], timeout)
-    return _merged((shared_part[0], shared[key], ran), (own_part[0], own, True))
+    """The measures of `cell`'s representative job: its study's probe parts
+    (`StudyProbe.parts`), each in its own child. A part no method changes runs once, kept in
+    `shared` under the cell's `shared_key` (fets: the collaborators' training and validation,
+    once per network, the cell's own child running the server's aggregation; xcal: the test
+    evaluation and ROAD, the cell's own child running the local steps). A shared part's peak
+    counts in every cell it serves: the job runs every part in one process, one after the
+    other."""
+    job, study = cell.job, study_probe(cell.study)
+    name = None if study.data_name is None else study.data_name(job.wc)
+    spec = {"study": cell.study, "wildcards": job.wc, "params": dict(job.params),
+            "seed": job_seed(cell.study, job.wc), "device": device, "steps": steps,
+            "config": {"data": config["data"]}, "work_dir": str(work),
+            "data_dir": str(work if name is None else data[name])}  # fmt: skip
+    parts = []
+    for part in study.parts:
+        child = spec | {"probe": part.probe}
+        if not part.shared:
+            parts.append((part.folder, _timed_child(child, work / part.folder, timeout), True))
+            continue
+        key = shared_key(cell)
+        ran = key not in shared
+        if ran:
+            shared[key] = _timed_child(child, work / part.folder, timeout)
+        parts.append((part.folder, shared[key], ran))
+    return _merged(*parts)
 
 
 def _merged(*parts: tuple[str, dict[str, Any], bool]) -> dict[str, Any]:
@@ -143,8 +138,8 @@ def _merged(*parts: tuple[str, dict[str, Any], bool]) -> dict[str, Any]:
         if measured:
             merged[peak] = max(measured)
     merged["wall_seconds"] = sum(m["wall_seconds"] for _, m, ran in parts if ran)
-    errors = [f"{name}: {m.get('message', 'probe failed')}" for name, m, _ in parts
-              if m.get("status") != "ok"]  # fmt: skip
+    errors = [(f"{name}: " if name else "") + m.get("message", "probe failed")
+              for name, m, _ in parts if m.get("status") != "ok"]  # fmt: skip
     merged["status"] = "error" if errors else "ok"
     if errors:
         merged["message"] = "; ".join(errors)
@@ -181,12 +176,12 @@ def cell_rows(
 ) -> list[dict[str, Any]]:  # fmt: skip
     """preflight.csv's rows of `cell`: one per rule and ε."""
     from dpmed.config.wildcards import parse_eps
-    from dpmed.preflight.cost import RULE_COST
+    from dpmed.preflight.cost import measured_seconds, step_measure
 
     gpu = measures.get("device") == "cuda"
     ok = measures.get("status") == "ok"
     rows = []
-    for rule in STUDY_RULES[cell.study]:
+    for rule in study_rules()[cell.study]:
         for cal in calibrations:
             jobs = [j for j in rule_jobs(cell, rule) if parse_eps(j.wc["eps"]) == cal.eps]
             if not jobs:
@@ -198,8 +193,8 @@ def cell_rows(
                 fits = fits and measures.get("peak_cuda_mb", 0) * FIT_MARGIN <= req.gpu_mb
             minutes = math.nan
             if ok:
-                cost = RULE_COST[rule]
-                minutes = max(cost(config["data"], j.wc, j.params, measures)[1] for j in jobs) / 60
+                minutes = max(measured_seconds(rule, config["data"], j.wc, j.params, measures)[1]
+                              for j in jobs) / 60  # fmt: skip
             problems = []
             if not ok:
                 problems.append(measures.get("message", "probe failed"))
@@ -215,7 +210,8 @@ def cell_rows(
                 "message": "; ".join(problems), "sigma_min": cal.sigma_min,
                 "sigma_max": cal.sigma_max, "eps_accounted": cal.accounted, "eps_ok": cal.ok,
                 "device": measures.get("device", ""),
-                "s_per_step": measures.get(_step_key(rule), math.nan),
+                "s_per_step": measures.get(step_measure(rule, config["data"], jobs[0].wc,
+                                                        jobs[0].params), math.nan),
                 "peak_rss_mb": peak, "peak_cuda_mb": measures.get("peak_cuda_mb", math.nan),
                 "parameters": measures.get("parameters", math.nan),
                 "mem_mb": req.mem_mb, "runtime_min": req.runtime, "gpu_mb": req.gpu_mb,
@@ -223,10 +219,6 @@ def cell_rows(
                 "fits_time": ok and minutes <= req.runtime,
             })  # fmt: skip
     return rows
-
-
-def _step_key(rule: str) -> str:
-    return "attack_seconds_per_batch" if rule == "seg_attack" else "seconds_per_step"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -248,8 +240,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--studies",
         nargs="+",
-        choices=list(STUDY_RULES),
-        default=list(STUDY_RULES),
+        choices=list(study_rules()),
+        default=list(study_rules()),
         help="probe these studies only (default: all)",
     )
     parser.add_argument("--out", type=Path, default=Path("results/preflight"))
@@ -281,14 +273,14 @@ def preflight_request(
     probed = sample_cells(cells) if sample else cells
     probes = len({probe_key(cell) for cell in probed})
     mem = max(_request(rule, config, cell.job, gpu).mem_mb
-              for cell in probed for rule in STUDY_RULES[cell.study])  # fmt: skip
+              for cell in probed for rule in study_rules()[cell.study])  # fmt: skip
     limit = float(config.get("resources", {}).get("max_runtime", math.inf))
     return mem, math.ceil(min(limit, probes * DEFAULT_TIMEOUT / 60))
 
 
 def run_preflight(
     config: Mapping[str, Any], grid: Grid, out: Path, *, sample: bool = False,
-    studies: Sequence[str] = tuple(STUDY_RULES), steps: int = DEFAULT_STEPS,
+    studies: Sequence[str] | None = None, steps: int = DEFAULT_STEPS,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> pd.DataFrame:  # fmt: skip
     """Probe the distinct cells of `grid` (or their covering sample) and write preflight.csv,

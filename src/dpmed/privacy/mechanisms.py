@@ -112,7 +112,7 @@ NOISE_OS_ENTROPY = "os-entropy"
 
 
 def secure_generator() -> NormalSource:
-    """A noise generator nobody can regenerate: a `NormalSource` (a Philox4x32-10 stream per
+    """A noise generator nobody can regenerate: a `NormalSource` (numpy's Philox stream per
     block, `dpmed.privacy.normals`) whose seed sequence starts from 128 fresh bits of the OS
     CSPRNG (`secrets`, i.e. os.urandom), a new seed per call.
 

@@ -1,10 +1,8 @@
-"""Fast standard-normal draws for the server-side Gaussian mechanisms.
+"""Seeded standard-normal draws for the server-side Gaussian mechanisms.
 
-A DP aggregation round adds one normal per model parameter (33 M for the FeTS U-Net), so the
-draw is the floor of every private aggregator. numpy's ziggurat draws float32 normals at about
-9–13 ns each on one core, torch's CPU `normal_` at about 5–7 ns; the compiled Philox and
-Box–Muller generator of `dpmed.privacy.normal_kernels` at about 2.7 ns. A draw is cut into
-fixed blocks of `BLOCK` values, each its own Philox stream keyed by a 64-bit seed from a numpy
+A DP aggregation round adds one normal per model parameter (33 M for the FeTS U-Net). A draw
+is cut into fixed blocks of `BLOCK` values, each drawn by numpy's ziggurat from its own
+counter-based generator (`numpy.random.Philox`) keyed by a 64-bit seed from a numpy
 `SeedSequence` (one child sequence per draw), and the blocks are filled by the block threads
 (`dpmed.parallel`). The values depend only on the entropy and the draw order, never on the
 number of threads, so a seeded simulation is reproducible on any machine.
@@ -31,8 +29,7 @@ DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 @dataclass(frozen=True)
 class NormalDraw:
     """One draw of `size` i.i.d. N(0, scale²) values in `dtype`, as blocks of `block` values
-    (the last one partial) with one Philox key (a 64-bit seed) each. The values are computed
-    in float32; a float64 draw holds them widened."""
+    (the last one partial) with one Philox key (a 64-bit seed) each."""
 
     size: int
     dtype: np.dtype
@@ -46,11 +43,10 @@ class NormalDraw:
         expected = min(self.block, self.size - index * self.block)
         if out.dtype != self.dtype or out.shape != (expected,):
             raise ValueError(f"block {index} is {expected} {self.dtype} values, got {out.shape}")
-        # compiled or loaded on first use: the aggregation registry is read without numba
-        from dpmed.privacy.normal_kernels import fill_normals
-
-        seed = int(self.seeds[index])
-        fill_normals(seed & 0xFFFFFFFF, seed >> 32, self.scale, out)
+        generator = np.random.Generator(np.random.Philox(key=int(self.seeds[index])))
+        generator.standard_normal(out=out, dtype=self.dtype)
+        if self.scale != 1.0:
+            out *= self.scale
 
     def fill_all(self, out: np.ndarray) -> None:
         """Write the whole draw into `out` (contiguous, flat, `size` values of `dtype`), the

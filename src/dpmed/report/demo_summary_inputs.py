@@ -8,18 +8,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dpmed.data.registry import processed_files
-from dpmed.seg.spec import ATTACK_FILE, attacked
+from dpmed.studies import STUDIES
 
 
 def summary_inputs(jobs: Mapping[str, Sequence[Any]]) -> dict[str, list[str]]:
     """The run files the summary reads, from each study's jobs (`Grid.jobs`): seg metrics.json
-    and the attacked cells' attack.json, fets rounds.csv, xcal metrics.json and the processed
-    meta.json (classes, test-set size) of each xcal dataset."""
+    and the attacked cells' attack.json (as the seg claims read them), fets rounds.csv, xcal
+    metrics.json and the processed meta.json (classes, test-set size) of each xcal dataset."""
     seg, xcal = jobs.get("seg", []), jobs.get("xcal", [])
+    seg_claims = STUDIES["seg"].claims
     datasets = dict.fromkeys(job.wc["dataset"] for job in xcal)
     return {
         "seg_metrics": [f"{job.path}/metrics.json" for job in seg],
-        "seg_attacks": [f"{job.path}/{ATTACK_FILE}" for job in attacked(seg)],
+        "seg_attacks": seg_claims.inputs(seg)["attack_paths"] if seg_claims else [],
         "fets_rounds": [f"{job.path}/rounds.csv" for job in jobs.get("fets", [])],
         "xcal_metrics": [f"{job.path}/metrics.json" for job in xcal],
         "xcal_meta": [

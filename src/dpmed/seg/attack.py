@@ -36,7 +36,8 @@ from dpmed.seg.evaluate import morph_output
 from dpmed.seg.inference import load_run_model
 from dpmed.seg.losses import per_sample_loss
 from dpmed.seg.morphology import MorphSpec, parse_morph
-from dpmed.seg.spec import ATTACK_FILE, forward_batch_size
+from dpmed.seg.outputs import ATTACK_FILE
+from dpmed.seg.passes import forward_batch_size
 
 SCORE = (
     "score = -per_sample_loss (CE + dice_weight*(1 - soft Dice)) of the eval-mode output after "

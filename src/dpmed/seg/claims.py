@@ -20,8 +20,8 @@ import pandas as pd
 
 from dpmed.config.grid import wildcards_from_path
 from dpmed.report.claims import Claim, below, observations, paired
+from dpmed.seg.grid import is_paper_cell
 from dpmed.seg.morphology import is_plain, morph_kind
-from dpmed.seg.spec import is_paper_cell
 
 LEARNED_DICE = 0.1  # below it in both arms, a model has not learned the task
 EQUIVALENT_DICE = 0.02  # the margin of "Auto-S ≈ flat": a fiftieth of the Dice scale

@@ -24,7 +24,7 @@ from dpmed.privacy.clipping import CLIP_RULES, ClipRule
 from dpmed.privacy.mechanisms import NOISE_SEEDED
 from dpmed.privacy.record import PrivacyRecord
 from dpmed.seg.morphology import MorphSpec, morph_kind
-from dpmed.seg.spec import ALIGNMENT, ATTACK_FILE, HISTORY, MORPH_LOG
+from dpmed.seg.outputs import ALIGNMENT, ATTACK_FILE, HISTORY, MORPH_LOG
 
 COVERS = (
     "the model weights after every DP-SGD step (model.pt holds the last) and anything computed "

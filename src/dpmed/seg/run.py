@@ -50,19 +50,13 @@ from dpmed.runtime import JobContext, Progress
 from dpmed.seg.alignment import AlignmentLog
 from dpmed.seg.data import SegData, load_seg_data
 from dpmed.seg.evaluate import evaluate, morph_output
+from dpmed.seg.grid import STRUCTURE_DATASETS, clip_rule, invalid
 from dpmed.seg.losses import per_sample_loss
 from dpmed.seg.morph_log import MORPH_COLUMNS, MorphLog
 from dpmed.seg.morphology import MorphSpec, parse_morph
+from dpmed.seg.outputs import ALIGNMENT, HISTORY, MORPH_LOG
+from dpmed.seg.passes import forward_batch_size
 from dpmed.seg.privacy import seg_privacy_record
-from dpmed.seg.spec import (
-    ALIGNMENT,
-    HISTORY,
-    MORPH_LOG,
-    STRUCTURE_DATASETS,
-    clip_rule,
-    forward_batch_size,
-    invalid,
-)
 from dpmed.tracking import tracker
 
 if TYPE_CHECKING:
@@ -71,16 +65,11 @@ if TYPE_CHECKING:
 
 def run(job: JobContext) -> dict[str, Any]:
     """Run (or resume) one seg job and write its outputs; returns the metrics dict."""
-    device = job.start()
-    job.write_config("seg", device)
-    data = load_seg_data(job.processed_dir, job.wildcards["dataset"])
-    plan = Plan.of(job, data)
-    net, arguments = build_network(job, data, device)
-    optimizer = make_optimizer(net, job.params)
-    generator = sampling_generator(job)
     checkpoint = job.checkpoint("seg")
-    state = resume(checkpoint, net, optimizer, generator)
-    setup = make_setup(plan, net, optimizer, data, generator, state)
+    prepared = prepare(job, checkpoint=checkpoint)
+    device, data, plan, net = prepared.device, prepared.data, prepared.plan, prepared.net
+    state, setup = prepared.state, prepared.setup
+    job.write_config("seg", device)
     progress = Progress(f"seg {'/'.join(job.wildcards.values())}", plan.epochs, state.epoch)
     net.train()
     with tracker(job.out_dir, job.tensorboard, "epoch", state.epoch) as board:
@@ -95,12 +84,65 @@ def run(job: JobContext) -> dict[str, Any]:
             state.epoch = epoch + 1
             epsilon = None if setup.dp is None else row["epsilon"]
             progress.line(epoch + 1, {"loss": row["loss"], "val_dice": row["val_dice"]}, epsilon)
-            checkpoint.save(state.saved(net, optimizer, generator, setup))
+            checkpoint.save(state.saved(net, prepared.optimizer, prepared.generator, setup))
             board.log(row)
     metrics = final_metrics(net, plan, data, device, job, state)
-    write_outputs(job, plan, setup, state, metrics, net, arguments)
+    write_outputs(job, plan, setup, state, metrics, net, prepared.arguments)
     checkpoint.remove()
     return metrics
+
+
+@dataclass(frozen=True)
+class SegSetup:
+    """What a seg job steps with before its first epoch (`prepare`).
+
+    Args:
+        device: the job's device.
+        data: its data (with an audit's canaries, or a probe's stand-in data).
+        plan: what its wildcards and params fix.
+        net: the network on `device` (Opacus wraps it, sharing its parameters).
+        arguments: the network's build arguments.
+        optimizer: the plain optimizer (the DP one wraps it; checkpoints hold this one).
+        generator: the data order's generator.
+        state: the epochs done and their logs (fresh, or a checkpoint's).
+        setup: the module, optimizer and loader the epochs step with.
+    """
+
+    device: torch.device
+    data: SegData
+    plan: Plan
+    net: torch.nn.Module
+    arguments: dict[str, Any]
+    optimizer: torch.optim.Optimizer
+    generator: torch.Generator
+    state: TrainState
+    setup: Setup
+
+
+def prepare(
+    job: JobContext, data: SegData | None = None, checkpoint: Checkpoint | None = None
+) -> SegSetup:
+    """Start `job` (seeds, device) and build its data, plan, network, optimizer, data order
+    and DP-SGD setup, drawing every seed in the order a run does: the runner, the privacy
+    audit (`dpmed.seg.audit`) and the preflight probe (`dpmed.seg.probe`) all start here.
+
+    Args:
+        job: the seg job.
+        data: replaces the job's processed data (an audit's canaries added, a probe's
+            stand-in data); None loads it.
+        checkpoint: resumed before the DP setup is built (weights, optimizer, data order,
+            accountant, global RNGs); None starts fresh.
+    """
+    device = job.start()
+    if data is None:
+        data = load_seg_data(job.processed_dir, job.wildcards["dataset"])
+    plan = Plan.of(job, data)
+    net, arguments = build_network(job, data, device)
+    optimizer = make_optimizer(net, job.params)
+    generator = sampling_generator(job)
+    state = TrainState() if checkpoint is None else resume(checkpoint, net, optimizer, generator)
+    setup = make_setup(plan, net, optimizer, data, generator, state)
+    return SegSetup(device, data, plan, net, arguments, optimizer, generator, state, setup)
 
 
 @dataclass(frozen=True)
@@ -295,7 +337,7 @@ def resume(
 @dataclass
 class Setup:
     """The module, optimizer and loader a job steps with: Opacus' wrappers for DP-SGD (`dp`),
-    the plain network otherwise. `inject` (privacy audits only, `dpmed.privacy.audit.seg`)
+    the plain network otherwise. `inject` (privacy audits only, `dpmed.seg.audit`)
     gets the DP optimizer's parameters after every backward pass, before the step, to add
     per-sample gradient rows."""
 

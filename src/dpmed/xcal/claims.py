@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from dpmed.config.grid import wildcards_from_path
-from dpmed.data.medmnist import DATASETS
+from dpmed.data.registry import DATASET_REGISTRY
 from dpmed.report.claims import Claim, observations, paired
 from dpmed.xcal.methods import BASELINE, METHODS, PROPOSED, split_method
 from dpmed.xcal.shifts import POOLED
@@ -112,7 +112,7 @@ def _runs(metrics_paths: Sequence[str]) -> pd.DataFrame:
     for path in dict.fromkeys(metrics_paths):
         metrics = json.loads(Path(path).read_text())
         wc = wildcards_from_path("xcal", path)
-        chance = CHANCE_FACTOR / DATASETS[wc["dataset"]].n_classes
+        chance = CHANCE_FACTOR / DATASET_REGISTRY[wc["dataset"]].n_classes
         values = {m: _number(metrics.get(m)) for m in _METRICS}
         rows.append(wc | values | {"learned": values["f1"] >= chance})
     return pd.DataFrame(rows, columns=[*CELL, "method", "seed", *_METRICS, "learned"])

@@ -5,7 +5,9 @@ Sampling is Poisson with rate q = 1/S, S = ceil(n/B) steps per local epoch (Opac
 expected batch q·n ≈ B). The server's schedule (`dpmed.xcal.run.client_schedule`) samples the
 client in R_k of the rounds; it takes T = R_k · local_epochs · S steps in all, and its noise
 multipliers are calibrated to T steps at rate q. How the noise is set is the method's
-(`dpmed.xcal.methods`). The client sends the server only its model tensors and its ledger
+(`dpmed.xcal.methods`): it creates and alone reads the client's `method_state` (σs, ledgers,
+filter); the client knows its method only as a `TrainingMethod`, so this module does not import
+the methods, which use it. The client sends the server only its model tensors and its ledger
 (`ClientUpdate`).
 
 Its randomness comes from three generators (`ClientSeeds`): the Poisson samples of the gradient
@@ -21,16 +23,14 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from dpmed.privacy.accounting import noise_multiplier
-from dpmed.privacy.adaptive import RdpLedger, RenyiFilter
 from dpmed.privacy.dpsgd import clipped_grad_sum, noisy_step, opacus_clip_factors, trainable
-from dpmed.xcal.methods import Method
 
 
 @dataclass
@@ -43,7 +43,7 @@ class ClientUpdate:
 
 
 class StepAudit(Protocol):
-    """A privacy audit's hook into the client's DP step (`dpmed.privacy.audit.xcal`): it may add
+    """A privacy audit's hook into the client's DP step (`dpmed.xcal.audit`): it may add
     canary terms to the clipped sums and rescale the noise std before the noisy step."""
 
     def adjust(
@@ -53,6 +53,39 @@ class StepAudit(Protocol):
         noise_std: dict,
         factors: Callable[[torch.Tensor], torch.Tensor],
     ) -> tuple[dict[str, torch.Tensor], dict]: ...
+
+
+class TrainingMethod(Protocol):
+    """What a client asks of its method (`dpmed.xcal.methods.Method` and its subclasses): its
+    per-client state, its local step and its ledger. Every hook gets the client."""
+
+    def calibrate(self, client: Client, epsilon: float) -> Any: ...
+
+    def halted(self, client: Client) -> bool: ...
+
+    def round_noise(
+        self, client: Client, model: nn.Module, global_state: dict
+    ) -> dict[str, Any] | None: ...
+
+    def step(
+        self,
+        client: Client,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        xb: torch.Tensor,
+        yb: torch.Tensor,
+        noise_std: dict[str, Any] | None,
+    ) -> bool: ...
+
+    def epsilon(self, client: Client) -> float | None: ...
+
+    def realised_epsilon(self, client: Client) -> float | None: ...
+
+    def ledger_message(self, client: Client) -> dict: ...
+
+    def checkpoint(self, client: Client) -> dict: ...
+
+    def restore(self, client: Client, saved: dict) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -77,7 +110,10 @@ class StepStats:
 
 
 class Client:
-    """Local data, sampler and noise generators, ledger(s) and XCal-FL state of one client.
+    """Local data, sampler and noise generators, counters and the method's state of one client.
+
+    Its attributes are fixed (`__slots__`): what a method keeps per client lives in
+    `method_state`, created by `method.calibrate` and read only by the method's hooks.
 
     Args:
         index: the client's number.
@@ -91,12 +127,18 @@ class Client:
             every round).
     """
 
+    __slots__ = (
+        "index", "x", "y", "method", "params", "cam_layer", "n", "steps_per_epoch", "q",
+        "total_steps", "sampler", "signal_sampler", "noise", "delta", "rounds", "stats", "audit",
+        "method_state",
+    )  # fmt: skip
+
     def __init__(
         self,
         index: int,
         x: torch.Tensor,
         y: torch.Tensor,
-        method: Method,
+        method: TrainingMethod,
         params: dict,
         epsilon: float,
         seeds: ClientSeeds,
@@ -114,15 +156,10 @@ class Client:
         self.signal_sampler = torch.Generator().manual_seed(seeds.signal)
         self.noise = torch.Generator(device=x.device).manual_seed(seeds.noise)
         self.delta = params["delta"]
-        self.ledger = RdpLedger()
-        self.signal_ledger = RdpLedger()
-        self.filter: RenyiFilter | None = None
-        self.smoothed = 0.5
         self.rounds = 0
         self.stats = StepStats()
-        self.sigma_ref = self.sigma_signal = 0.0
         self.audit: StepAudit | None = None
-        method.calibrate(self, epsilon)
+        self.method_state: Any = method.calibrate(self, epsilon)
 
     # ------------------------------------------------------------------ privacy
     def epsilon(self) -> float | None:
@@ -158,7 +195,7 @@ class Client:
         )
         noise_std = self.method.round_noise(self, model, global_state)
         for _ in range(self.params["local_epochs"] * self.steps_per_epoch):
-            if self.filter is not None and self.filter.halted:
+            if self.method.halted(self):
                 break
             start = time.perf_counter()
             xb, yb = self.poisson_batch(self.sampler)
@@ -230,15 +267,12 @@ class Client:
 
     # ------------------------------------------------------------------ checkpoints
     def state(self) -> dict:
-        """The client's resumable state (generators, ledgers, filter, signal, counters)."""
+        """The client's resumable state (generators, the method's state, counters)."""
         return {
             "sampler": self.sampler.get_state(),
             "signal_sampler": self.signal_sampler.get_state(),
             "noise": self.noise.get_state(),
-            "ledger": self.ledger.state(),
-            "signal_ledger": self.signal_ledger.state(),
-            "filter": self.filter.state() if self.filter is not None else None,
-            "smoothed": self.smoothed,
+            "method": self.method.checkpoint(self),
             "rounds": self.rounds,
             "stats": vars(self.stats),
         }
@@ -248,12 +282,6 @@ class Client:
         # a checkpoint loaded onto CUDA moves them; generator states live on CPU
         for name in ("sampler", "signal_sampler", "noise"):
             getattr(self, name).set_state(state[name].cpu())
-        self.signal_ledger = RdpLedger.from_state(state["signal_ledger"])
-        if self.filter is not None:
-            self.filter.load_state(state["filter"])
-            self.ledger = self.filter.ledger
-        else:
-            self.ledger = RdpLedger.from_state(state["ledger"])
-        self.smoothed = float(state["smoothed"])
+        self.method.restore(self, state["method"])
         self.rounds = int(state["rounds"])
         self.stats = StepStats(**state["stats"])

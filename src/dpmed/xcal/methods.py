@@ -2,9 +2,11 @@
 
 An entry says what the method is (private or not, federated or centralized, whether it takes a
 signal-weight preset) and how a client trains under it (noise calibration, per-round noise,
-one local step, ε spent, the privacy.json fields). The config schema's pattern, the `method`
-wildcard, the grid's validity rules and the report's method order all read `METHODS`, in
-registration order.
+one local step, ε spent, the privacy.json fields). Each method declares the state it keeps per
+client (`FixedSigmaState`, `XCalState`; none for non-private SGD): `calibrate` creates it, the
+client holds it without reading it (`Client.method_state`) and only the method's hooks use it.
+The config schema's pattern, the `method` wildcard, the grid's validity rules and the report's
+method order all read `METHODS`, in registration order.
 
 This module is read when the Snakefile is parsed, so it imports nothing heavy at load time;
 the training hooks import what they use when they run.
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from dpmed.privacy.adaptive import RdpLedger, RenyiFilter
     from dpmed.xcal.client import Client
 
 PRESET_PATTERN = "[a-z0-9]+"
@@ -31,17 +34,51 @@ PRESET_PATTERN = "[a-z0-9]+"
 NON_PRIVATE, BASELINE, PROPOSED, RANDOM_CONTROL = "nondp", "static", "xcal", "xcal-random"
 
 
+@dataclass(slots=True)
+class FixedSigmaState:
+    """A client's state under a fixed-σ method: the noise multiplier σ_ref that meets the
+    target ε and the RDP ledger of the steps taken."""
+
+    sigma_ref: float
+    ledger: RdpLedger
+
+
+@dataclass(slots=True)
+class XCalState:
+    """A client's XCal-FL state: its calibrated split of the budget s·(ε, δ) (`budget_scale`
+    s; the signal's share `eps_signal` at `delta_signal`, the gradients' `eps_grad` at
+    `delta_grad`), the signal's and the reference gradient noise multipliers, the Rényi filter
+    guarding the gradients (its ledger is the gradient ledger), the signal's ledger and the
+    EMA-smoothed signal."""
+
+    budget_scale: float
+    eps_signal: float
+    delta_signal: float
+    eps_grad: float
+    delta_grad: float
+    sigma_signal: float
+    sigma_ref: float
+    filter: RenyiFilter
+    signal_ledger: RdpLedger
+    smoothed: float = 0.5
+
+    @property
+    def ledger(self) -> RdpLedger:
+        """The gradient steps' ledger (the filter's)."""
+        return self.filter.ledger
+
+
 def trained_sigmas(clients: list[Client]) -> list[float]:
     """The distinct reference σ of the clients that trained (a client the server never sampled
     released nothing)."""
-    return sorted({float(c.sigma_ref) for c in clients if c.rounds})
+    return sorted({float(c.method_state.sigma_ref) for c in clients if c.rounds})
 
 
 @dataclass(frozen=True)
 class Method:
     """DP-SGD at the fixed noise multiplier σ_ref that meets the target ε, flat clipping (the
     `static` baseline). Other methods override the hooks they change; every hook gets the
-    `Client` whose state (ledgers, σs, filter) it reads and sets.
+    `Client` whose `method_state` (this class: a `FixedSigmaState`) it reads and updates.
 
     Args:
         private: True: needs a finite ε; False: needs ε = inf; None: either (at ε = inf the
@@ -65,9 +102,20 @@ class Method:
     # says "paper-approximation" with this reason); None: its ε is a proven bound.
     paper_flaw: ClassVar[str | None] = None
 
-    def calibrate(self, client: Client, epsilon: float) -> None:
-        """Set the client's noise multiplier(s) for the target `epsilon`."""
-        client.sigma_ref = client.calibrated_sigma(epsilon, client.delta)
+    def calibrate(self, client: Client, epsilon: float) -> Any:
+        """The client's new state for the target `epsilon`: its noise multiplier(s), empty
+        ledger(s)."""
+        from dpmed.privacy.adaptive import RdpLedger
+
+        return FixedSigmaState(client.calibrated_sigma(epsilon, client.delta), RdpLedger())
+
+    def reference_sigma(self, client: Client) -> float | None:
+        """The client's reference noise multiplier σ_ref (None when non-private)."""
+        return client.method_state.sigma_ref
+
+    def halted(self, client: Client) -> bool:
+        """Whether the client has stopped training for good (its budget is spent)."""
+        return False
 
     def round_noise(
         self, client: Client, model: nn.Module, global_state: Mapping[str, torch.Tensor]
@@ -85,16 +133,17 @@ class Method:
         noise_std: dict[str, Any] | None,
     ) -> bool:
         """One local step on the sampled batch; False ends the client's round."""
-        std = noise_std if noise_std is not None else client.uniform_std(model, client.sigma_ref)
+        state: FixedSigmaState = client.method_state
+        std = noise_std if noise_std is not None else client.uniform_std(model, state.sigma_ref)
         client.dp_step(model, optimizer, xb, yb, std)
-        client.ledger.charge(client.q, client.sigma_ref)
-        client.stats.sigmas.append(client.sigma_ref)
+        state.ledger.charge(client.q, state.sigma_ref)
+        client.stats.sigmas.append(state.sigma_ref)
         return True
 
     def epsilon(self, client: Client) -> float | None:
         """The proven ε bound of the client's releases so far (None when non-private): σ is
         fixed before training, so the RDP of the steps taken is a bound."""
-        return client.ledger.epsilon(client.delta)
+        return client.method_state.ledger.epsilon(client.delta)
 
     def realised_epsilon(self, client: Client) -> float | None:
         """The realised RDP reading of the steps taken; equals `epsilon` when σ is fixed."""
@@ -105,8 +154,18 @@ class Method:
         return {
             "epsilon": self.epsilon(client),
             "eps_realised_reading": self.realised_epsilon(client),
-            "gradient": client.ledger.state(),
+            "gradient": client.method_state.ledger.state(),
         }
+
+    def checkpoint(self, client: Client) -> dict:
+        """The resumable part of the client's state."""
+        return {"ledger": client.method_state.ledger.state()}
+
+    def restore(self, client: Client, saved: dict) -> None:
+        """Restore what `checkpoint` saved into the client's state."""
+        from dpmed.privacy.adaptive import RdpLedger
+
+        client.method_state.ledger = RdpLedger.from_state(saved["ledger"])
 
     def privacy_details(
         self, clients: list[Client], params: Mapping[str, Any]
@@ -118,14 +177,17 @@ class Method:
 
 @dataclass(frozen=True)
 class NonPrivate(Method):
-    """Plain SGD on the mean cross-entropy (no clipping, no noise)."""
+    """Plain SGD on the mean cross-entropy (no clipping, no noise): no per-client state."""
 
     private: bool | None = False
     dp: ClassVar[bool] = False
     mechanism: ClassVar[str] = "none (non-private SGD)"
 
     def calibrate(self, client: Client, epsilon: float) -> None:
-        pass
+        return None
+
+    def reference_sigma(self, client: Client) -> float | None:
+        return None
 
     def step(self, client, model, optimizer, xb, yb, noise_std) -> bool:
         client.sgd_step(model, optimizer, xb, yb)
@@ -133,6 +195,15 @@ class NonPrivate(Method):
 
     def epsilon(self, client: Client) -> float | None:
         return None
+
+    def ledger_message(self, client: Client) -> dict:
+        return {"epsilon": None, "eps_realised_reading": None}
+
+    def checkpoint(self, client: Client) -> dict:
+        return {}
+
+    def restore(self, client: Client, saved: dict) -> None:
+        pass
 
 
 @dataclass(frozen=True)
@@ -159,9 +230,9 @@ class AGP(Method):
         from dpmed.privacy.dpsgd import trainable
         from dpmed.xcal.agp import spatial_noise_std
 
-        p = client.params
+        p, sigma_ref = client.params, client.method_state.sigma_ref
         return spatial_noise_std(
-            global_state, trainable(model), client.sigma_ref, p["top_q"], p["clip_norm"]
+            global_state, trainable(model), sigma_ref, p["top_q"], p["clip_norm"]
         )
 
     def privacy_details(self, clients, params):
@@ -188,9 +259,9 @@ class AGPDP(Method):
         from dpmed.privacy.dpsgd import trainable
         from dpmed.xcal.agp import channel_noise_std
 
-        p = client.params
+        p, sigma_ref = client.params, client.method_state.sigma_ref
         return channel_noise_std(
-            global_state, trainable(model), client.sigma_ref, p["band"], p["top_q"], p["clip_norm"]
+            global_state, trainable(model), sigma_ref, p["band"], p["top_q"], p["clip_norm"]
         )
 
     def privacy_details(self, clients, params):
@@ -213,7 +284,8 @@ class XCalFL(Method):
     clipped to [0, 1] and EMA-smoothed (start 0.5). σ_t follows from the smoothed signal within
     [(1 − b)σ_ref, (1 + b)σ_ref] and the filter admits, raises or halts it so the gradient share
     is never exceeded. Each step is thus two independently subsampled Gaussians, accounted as
-    such (one sample for both would be one subsampled mechanism, amplified once).
+    such (one sample for both would be one subsampled mechanism, amplified once). The client's
+    state is an `XCalState`.
     """
 
     default_preset: str | None = "balanced"
@@ -223,26 +295,34 @@ class XCalFL(Method):
         "sigma_t under a Renyi filter"
     )
 
-    def calibrate(self, client: Client, epsilon: float) -> None:
-        from dpmed.privacy.adaptive import RenyiFilter
+    def calibrate(self, client: Client, epsilon: float) -> XCalState:
+        from dpmed.privacy.adaptive import RdpLedger, RenyiFilter
         from dpmed.xcal.calibration import calibrate
 
-        f, band = client.params["signal_fraction"], client.params["band"]
-        budget = calibrate(epsilon, client.delta, client.q, client.total_steps, f, band)
-        client.budget_scale = budget.scale
-        client.eps_signal, client.delta_signal = f * budget.scale * epsilon, f * client.delta
-        client.eps_grad = (1 - f) * budget.scale * epsilon
-        client.delta_grad = (1 - f) * client.delta
-        client.sigma_signal, client.sigma_ref = budget.sigma_signal, budget.sigma_ref
-        client.filter = RenyiFilter(
-            client.q, budget.order_index, budget.rdp_budget, (1 + band) * budget.sigma_ref
+        f, band, delta = client.params["signal_fraction"], client.params["band"], client.delta
+        budget = calibrate(epsilon, delta, client.q, client.total_steps, f, band)
+        return XCalState(
+            budget_scale=budget.scale,
+            eps_signal=f * budget.scale * epsilon,
+            delta_signal=f * delta,
+            eps_grad=(1 - f) * budget.scale * epsilon,
+            delta_grad=(1 - f) * delta,
+            sigma_signal=budget.sigma_signal,
+            sigma_ref=budget.sigma_ref,
+            filter=RenyiFilter(
+                client.q, budget.order_index, budget.rdp_budget, (1 + band) * budget.sigma_ref
+            ),
+            signal_ledger=RdpLedger(),
         )
-        client.ledger = client.filter.ledger
+
+    def halted(self, client: Client) -> bool:
+        return client.method_state.filter.halted
 
     def step(self, client, model, optimizer, xb, yb, noise_std) -> bool:
-        if not client.filter.can_continue():
+        flt = client.method_state.filter
+        if not flt.can_continue():
             return False
-        sigma = client.filter.admit(self.proposed_sigma(client, model))
+        sigma = flt.admit(self.proposed_sigma(client, model))
         if sigma is None:
             return False
         client.dp_step(model, optimizer, xb, yb, client.uniform_std(model, sigma))
@@ -254,7 +334,7 @@ class XCalFL(Method):
         own Poisson sample (charged to its signal ledger)."""
         from dpmed.xcal import signal
 
-        p = client.params
+        p, state = client.params, client.method_state
         sx, sy = client.poisson_batch(client.signal_sampler)  # independent of (xb, yb)
         if sx.shape[0]:
             parts = signal.components(model, client.cam_layer, sx, sy, p["top_q"])
@@ -262,12 +342,12 @@ class XCalFL(Method):
         else:
             total = 0.0
         noise = client.standard_normal()
-        client.signal_ledger.charge(client.q, client.sigma_signal)
-        private = (total + client.sigma_signal * noise) / (client.q * client.n)
+        state.signal_ledger.charge(client.q, state.sigma_signal)
+        private = (total + state.sigma_signal * noise) / (client.q * client.n)
         private = min(1.0, max(0.0, private))
-        client.smoothed = p["ema"] * client.smoothed + (1 - p["ema"]) * private
+        state.smoothed = p["ema"] * state.smoothed + (1 - p["ema"]) * private
         client.stats.signals.append(private)
-        return signal.sigma_from_signal(client.smoothed, client.sigma_ref, p["band"])
+        return signal.sigma_from_signal(state.smoothed, state.sigma_ref, p["band"])
 
     def epsilon(self, client: Client) -> float | None:
         """The proven ε bound at δ of the steps so far: the smaller of `worst_case_epsilon`
@@ -279,12 +359,13 @@ class XCalFL(Method):
         (1 − b)σ_ref, each with its signal step, at δ: a bound whatever the data chose."""
         from dpmed.privacy.adaptive import epsilon_of, rdp_curve
 
-        sigma_min = (1 - client.params["band"]) * client.sigma_ref
+        state: XCalState = client.method_state
+        sigma_min = (1 - client.params["band"]) * state.sigma_ref
         if sigma_min <= 0:
             return math.inf
         steps = client.planned_steps_so_far
         curve = rdp_curve(client.q, sigma_min, steps) + rdp_curve(
-            client.q, client.sigma_signal, steps
+            client.q, state.sigma_signal, steps
         )
         return epsilon_of(curve, client.delta)
 
@@ -293,13 +374,13 @@ class XCalFL(Method):
         over all T planned steps plus the filter's gradient budget), whatever σ_t and halts."""
         from dpmed.xcal.calibration import filter_bound
 
-        flt = client.filter
+        state: XCalState = client.method_state
         return filter_bound(
             client.q,
-            client.sigma_signal,
+            state.sigma_signal,
             client.total_steps,
-            flt.order_index,
-            flt.budget,
+            state.filter.order_index,
+            state.filter.budget,
             client.delta,
             client.params["signal_fraction"],
         )
@@ -311,29 +392,45 @@ class XCalFL(Method):
         mechanisms needs a privacy odometer); it never exceeds `epsilon`."""
         from dpmed.privacy.adaptive import epsilon_of
 
-        return epsilon_of(client.signal_ledger.rdp + client.ledger.rdp, client.delta)
+        state: XCalState = client.method_state
+        return epsilon_of(state.signal_ledger.rdp + state.ledger.rdp, client.delta)
 
     def ledger_message(self, client: Client) -> dict:
         message = super().ledger_message(client)
-        message["signal"] = client.signal_ledger.state()
-        message["halted"] = client.filter.halted
+        message["signal"] = client.method_state.signal_ledger.state()
+        message["halted"] = client.method_state.filter.halted
         return message
+
+    def checkpoint(self, client: Client) -> dict:
+        state: XCalState = client.method_state
+        return {
+            "filter": state.filter.state(),
+            "signal_ledger": state.signal_ledger.state(),
+            "smoothed": state.smoothed,
+        }
+
+    def restore(self, client: Client, saved: dict) -> None:
+        from dpmed.privacy.adaptive import RdpLedger
+
+        state: XCalState = client.method_state
+        state.filter.load_state(saved["filter"])
+        state.signal_ledger = RdpLedger.from_state(saved["signal_ledger"])
+        state.smoothed = float(saved["smoothed"])
 
     def privacy_details(self, clients, params):
         sigmas = sorted({round(s, 6) for c in clients for s in c.stats.sigmas})
+        states: list[XCalState] = [c.method_state for c in clients]
         extra = {
             "signal_fraction": params["signal_fraction"],
-            "client_calibration_scale": [c.budget_scale for c in clients],
-            "client_eps_realised_signal": [
-                c.signal_ledger.epsilon(c.delta_signal) for c in clients
-            ],
-            "client_eps_realised_gradient": [c.ledger.epsilon(c.delta_grad) for c in clients],
-            "client_sigma_signal": [c.sigma_signal for c in clients],
-            "filter_order": [c.filter.order for c in clients],
-            "filter_budget_rdp": [c.filter.budget for c in clients],
-            "filter_spent_rdp": [c.filter.spent() for c in clients],
-            "filter_raised_steps": [c.filter.raised for c in clients],
-            "client_halted": [c.filter.halted for c in clients],
+            "client_calibration_scale": [s.budget_scale for s in states],
+            "client_eps_realised_signal": [s.signal_ledger.epsilon(s.delta_signal) for s in states],
+            "client_eps_realised_gradient": [s.ledger.epsilon(s.delta_grad) for s in states],
+            "client_sigma_signal": [s.sigma_signal for s in states],
+            "filter_order": [s.filter.order for s in states],
+            "filter_budget_rdp": [s.filter.budget for s in states],
+            "filter_spent_rdp": [s.filter.spent() for s in states],
+            "filter_raised_steps": [s.filter.raised for s in states],
+            "client_halted": [s.filter.halted for s in states],
             "sigma_band": [1 - params["band"], 1 + params["band"]],
         }
         by_accountant = {
@@ -348,10 +445,10 @@ class XCalFL(Method):
 class XCalRandom(XCalFL):
     """The random-σ_t control of XCal-FL (ours): each step σ_t is drawn uniformly in XCal-FL's
     band [(1 − b)σ_ref, (1 + b)σ_ref] from the noise generator, whatever the data. Same
-    calibration (budget split, σ_ref), same Rényi filter, same proven bound; no signal is
-    computed, so the signal's share of the budget is reserved and unspent (the bound, which
-    counts it, is then conservative). XCal-FL against it tells whether the signal, rather than
-    σ_t merely varying within the band, changes F1 or ROAD."""
+    calibration (budget split, σ_ref), same Rényi filter, same proven bound, same `XCalState`;
+    no signal is computed, so the signal's share of the budget is reserved and unspent (the
+    bound, which counts it, is then conservative). XCal-FL against it tells whether the signal,
+    rather than σ_t merely varying within the band, changes F1 or ROAD."""
 
     default_preset: str | None = None
     mechanism: ClassVar[str] = (
@@ -363,7 +460,8 @@ class XCalRandom(XCalFL):
     def proposed_sigma(self, client: Client, model: nn.Module) -> float:
         """σ_ref (1 − b + 2b·u), u ~ U(0, 1) from the client's noise generator."""
         band = client.params["band"]
-        return client.sigma_ref * (1 - band + 2 * band * client.standard_uniform())
+        sigma_ref = client.method_state.sigma_ref
+        return sigma_ref * (1 - band + 2 * band * client.standard_uniform())
 
 
 METHODS: Registry[Method] = Registry("xcal method")

@@ -85,7 +85,7 @@ def privacy_record(
         "client_steps": steps,
         "client_sample_rates": rates,
         **sampling,
-        "client_sigma_ref": [c.sigma_ref for c in clients],
+        "client_sigma_ref": [method.reference_sigma(c) for c in clients],
         "noise_source": NOISE_SEEDED,
         **method_extra,
     }

@@ -54,7 +54,6 @@ from dpmed.xcal.methods import (  # noqa: E402
     split_method,
 )
 from dpmed.xcal.shifts import POOLED, SHIFTS  # noqa: E402
-from dpmed.xcal.spec import FIGURES, MEASURED_TABLES, TABLES  # noqa: E402
 
 KEYS = ["dataset", "model", "method", "shift", "clients", "eps"]
 ROAD_LABEL = "ROAD: MoRF confidence drop (%)"
@@ -232,10 +231,9 @@ def runtime_table(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def write_tables(runs: Sequence[str | Path], out_dir: str | Path, measured_dir: str | Path) -> None:
-    """Write the tables of `TABLES` into `out_dir` and those of `MEASURED_TABLES` into
-    `measured_dir`, from the run folders."""
-    frame = collect(runs)
+def write_xcal_table(csv_path: str | Path, run_dirs: Sequence[str | Path], table: str) -> None:
+    """Write table `table` (`xcal_main`, ..., `xcal_runtime`) from the run folders (a generated
+    rule of `dpmed.xcal.outputs.REPORTS`)."""
     builders = {
         "xcal_main": main_table,
         "xcal_efficiency": efficiency_table,
@@ -244,9 +242,7 @@ def write_tables(runs: Sequence[str | Path], out_dir: str | Path, measured_dir: 
         "xcal_ablation": ablation_table,
         "xcal_runtime": runtime_table,
     }
-    for names, folder in ((TABLES, out_dir), (MEASURED_TABLES, measured_dir)):
-        for name in names:
-            write_table(builders[name](frame), Path(folder) / f"{name}.csv")
+    write_table(builders[table](collect(run_dirs)), csv_path)
 
 
 # ---------------------------------------------------------------------------------- figures
@@ -428,14 +424,13 @@ def gradcam_figure(frame: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-def write_figures(runs: Sequence[str | Path], out_dir: str | Path) -> None:
-    """Write every figure of `FIGURES` into `out_dir` from the run folders."""
-    frame = collect(runs)
+def write_xcal_figure(png_path: str | Path, run_dirs: Sequence[str | Path], figure: str) -> None:
+    """Write figure `figure` (`xcal_trajectories`, ...) from the run folders (a generated rule
+    of `dpmed.xcal.outputs.REPORTS`)."""
     builders = {
         "xcal_trajectories": trajectories_figure,
         "xcal_clients_shift": clients_shift_figure,
         "xcal_ablation": ablation_figure,
         "xcal_gradcam": gradcam_figure,
     }
-    for name in FIGURES:
-        save_figure(builders[name](frame), Path(out_dir) / f"{name}.png")
+    save_figure(builders[figure](collect(run_dirs)), png_path)

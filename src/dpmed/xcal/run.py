@@ -33,7 +33,6 @@ from dpmed.checkpoint import Checkpoint
 from dpmed.config.grid import common_seed
 from dpmed.config.wildcards import parse_eps
 from dpmed.data.npz import read_npz
-from dpmed.federated.averaging import weighted_mean
 from dpmed.io import write_csv, write_json, write_npz
 from dpmed.models import build_model, save_model
 from dpmed.models.classifiers import gradcam_layer
@@ -42,6 +41,7 @@ from dpmed.runtime import JobContext, Progress
 from dpmed.seeding import stable_seed
 from dpmed.tracking import tracker
 from dpmed.xcal import evaluate as xcal_eval
+from dpmed.xcal.averaging import weighted_mean
 from dpmed.xcal.client import Client, ClientSeeds, ClientUpdate
 from dpmed.xcal.methods import Method, resolve
 from dpmed.xcal.privacy import privacy_record
@@ -101,9 +101,9 @@ class History:
 
 def run(job: JobContext) -> dict:
     """Train one grid cell and write its outputs (module docstring); returns metrics.json."""
-    device = job.start()
+    prepared = prepare(job)
+    device, fed = prepared.device, prepared.federation
     job.write_config("xcal", device)
-    fed = build_federation(job, device)
     checkpoint = job.checkpoint("xcal")
     history = resume(checkpoint, fed, device)
     rounds = job.params["rounds"]
@@ -118,6 +118,24 @@ def run(job: JobContext) -> dict:
     metrics = write_outputs(job, fed, history)
     checkpoint.remove()
     return metrics
+
+
+@dataclass(frozen=True)
+class XcalSetup:
+    """What an xcal job trains with before its first round (`prepare`): its device and its
+    federation (clients calibrated to their planned rounds)."""
+
+    device: torch.device
+    federation: Federation
+
+
+def prepare(job: JobContext, parts: list[tuple[np.ndarray, np.ndarray]] | None = None) -> XcalSetup:
+    """Start `job` (seeds, device) and build its federation, drawing every seed in the order
+    a run does: the runner, the privacy audit (`dpmed.xcal.audit`) and the preflight probes
+    (`dpmed.xcal.probe`) all start here. `parts` replaces the clients' data (an audit adds its
+    input canaries to `client_partitions(job)`)."""
+    device = job.start()
+    return XcalSetup(device, build_federation(job, device, parts))
 
 
 def run_label(wildcards: dict[str, str]) -> str:
@@ -438,7 +456,7 @@ def run_metrics(
         "sigma_min": float(np.min(sigmas)) if sigmas else None,
         "sigma_max": float(np.max(sigmas)) if sigmas else None,
         "signal_mean": float(np.mean(signals)) if signals else None,
-        "halted_clients": sum(1 for c in clients if c.filter is not None and c.filter.halted),
+        "halted_clients": sum(1 for c in clients if fed.method.halted(c)),
         "gradcam_layer": fed.evaluation.layer,
         "client_sizes": [c.n for c in clients],
     }

@@ -1,8 +1,8 @@
 """Empirical privacy audit: a measured ε lower bound from one training run with canaries
 (Steinke, Nasr & Jagielski 2023). `bound` turns guesses into ε; `dirac` holds DP-SGD's
-white-box gradient canaries; `seg`, `xcal` and `fets` audit a real cell of their study (imported
-on their own: they load the study runners), `cell` holds what they share and `runs` dispatches
-to them (`audit_cell`, `SETTINGS`) and is the command line."""
+white-box gradient canaries; `cell` holds what every audited cell shares; `runs` dispatches to
+the audit runner a study's spec names (`StudySpec.audit`: `<study>.audit:audit_cell`, imported
+only by an audit job) and is the command line."""
 
 from dpmed.privacy.audit.bound import (
     AuditResult,

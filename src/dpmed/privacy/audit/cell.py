@@ -1,5 +1,5 @@
-"""What every audited cell shares: the audit record (`CellAudit`), the Dirac canary norm a clip
-rule lets through largest, and the audit's seeded generators."""
+"""What every audited cell shares: the audit record (`CellAudit`), the settings check, the Dirac
+canary norm a clip rule lets through largest, and the audit's seeded generators."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 from dpmed.privacy.audit.bound import AuditResult
 from dpmed.runtime import JobContext
 from dpmed.seeding import stable_seed
+from dpmed.studies import STUDIES
 
 AUDIT_FILE = "audit.json"
 # Canary norms tried, in units of C: a rule whose n·s(n) grows with n (NSGD, AUTO-S, PSAC)
@@ -27,7 +28,8 @@ class CellAudit:
         study: `seg`, `xcal` or `fets`.
         mechanism: the cell's mechanism (seg: `clip/morph`, xcal: the method, fets:
             `aggregator/dpmode`).
-        setting: the canaries (`gradient`, `input`, `paper-noise`, `update`; `runs.SETTINGS`).
+        setting: the canaries (`gradient`, `input`, `paper-noise`, `update`: the study's
+            `StudySpec.audit.settings`).
         guarantee: the run's privacy record's guarantee (`dp`, `paper-approximation`).
         eps_claimed: the record's ε at `result.delta`, for the calibrated σ.
         noise_scale: the factor on the noise std actually added (1: as configured).
@@ -50,6 +52,14 @@ class CellAudit:
         """audit.json's content: the fields above with the result's flattened in."""
         fields = {k: v for k, v in asdict(self).items() if k != "result"}
         return fields | asdict(self.result)
+
+
+def require_setting(study: str, setting: str) -> None:
+    """Raise ValueError unless `study` has an audit offering `setting`."""
+    audit = STUDIES[study].audit
+    offered = () if audit is None else audit.settings
+    if setting not in offered:
+        raise ValueError(f"no audit setting {setting!r} for study {study!r} (it offers {offered})")
 
 
 def canary_norm(factors: Callable[[torch.Tensor], torch.Tensor], clip_norm: float) -> float:

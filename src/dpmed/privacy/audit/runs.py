@@ -1,16 +1,15 @@
-"""One audited training run of a private seg, xcal or fets grid cell (a measured ε lower bound
-beside the claimed ε): the dispatcher and command line.
+"""One audited training run of a private grid cell (a measured ε lower bound beside the claimed
+ε): the dispatcher and command line.
 
 The cell trains through its study's own code path with canaries added, then `best_audit` turns
 the canaries' scores into the one-run lower bound (`dpmed.privacy.audit.bound`) at the run's δ.
-The settings per study (`SETTINGS`), each documented in its module:
-
-- seg (`dpmed.privacy.audit.seg`): `gradient` (white-box Dirac gradient canaries), `input`
-  (held-out images with upside-down masks, scored by −loss), `paper-noise` (Dirac canaries on
-  the run with the clip rule's public-code noise scale, e.g. NSGD's σ·r/C);
-- xcal (`dpmed.privacy.audit.xcal`): `gradient`, `input` (held-out images with a wrong label);
-- fets (`dpmed.privacy.audit.fets`): `update` (canary collaborators sending ±C Dirac updates,
-  scored on the released global model).
+Each study names its audit in its `StudySpec.audit`: the settings it offers and its runner
+(`<study>.audit:audit_cell`, imported only here), each setting documented in that module: seg
+offers `gradient` (white-box Dirac gradient canaries), `input` (held-out images with
+class-shifted masks) and `paper-noise` (Dirac canaries on the run with the clip rule's
+public-code noise scale, e.g. NSGD's σ·r/C); xcal `gradient` and `input` (held-out images with
+a wrong label); fets `update` (canary collaborators sending ±C Dirac updates, scored on the
+released global model).
 
 The claimed ε and the guarantee are the run's own privacy record; for a `paper-approximation`
 cell the audit measures what its ε would claim. `noise_scale` multiplies the noise std actually
@@ -22,31 +21,27 @@ cell; `main` is its command line for a cell of a config's grid.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from dpmed.io import write_json
-from dpmed.privacy.audit.cell import AUDIT_FILE, CellAudit, canary_norm
-from dpmed.privacy.audit.fets import audit_fets_cell
-from dpmed.privacy.audit.seg import audit_seg_cell
-from dpmed.privacy.audit.settings import SETTINGS, require_setting
-from dpmed.privacy.audit.xcal import InputCanaries, audit_xcal_cell
+from dpmed.privacy.audit.cell import AUDIT_FILE, CellAudit, require_setting
 from dpmed.runtime import JobContext
+from dpmed.studies import STUDIES
 
-__all__ = [
-    "AUDIT_FILE",
-    "SETTINGS",
-    "CellAudit",
-    "InputCanaries",
-    "audit_cell",
-    "audit_fets_cell",
-    "audit_seg_cell",
-    "audit_xcal_cell",
-    "canary_norm",
-    "main",
-]
+__all__ = ["AUDIT_FILE", "CellAudit", "audit_cell", "audited_studies", "main"]
 
-_AUDITS = {"seg": audit_seg_cell, "xcal": audit_xcal_cell, "fets": audit_fets_cell}
+
+def audited_studies() -> list[str]:
+    """The registered studies that offer an audit, in registry order."""
+    return [name for name, spec in STUDIES.items() if spec.audit is not None]
+
+
+def study_runner(study: str) -> Callable[..., CellAudit]:
+    """The audit runner `study`'s spec names ("module:function"), imported now."""
+    module, _, function = STUDIES[study].audit.runner.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def audit_cell(
@@ -57,10 +52,10 @@ def audit_cell(
     confidence: float = 0.95,
     noise_scale: float = 1.0,
 ) -> CellAudit:
-    """Audit one cell of `study` (`seg`, `xcal` or `fets`) in `setting` and write `audit.json`
-    into the job's folder; returns the audit."""
+    """Audit one cell of `study` in `setting` and write `audit.json` into the job's folder;
+    returns the audit."""
     require_setting(study, setting)
-    audit = _AUDITS[study](job, setting, canaries, confidence, noise_scale)
+    audit = study_runner(study)(job, setting, canaries, confidence, noise_scale)
     write_json(Path(job.out_dir) / AUDIT_FILE, audit.record())
     return audit
 
@@ -78,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dpmed.privacy.audit.runs")
     parser.add_argument("run", help="the cell's run folder, as its training rule names it")
     parser.add_argument("--config", action="append", default=[], help="config file(s)")
-    parser.add_argument("--study", choices=sorted(SETTINGS), required=True)
+    parser.add_argument("--study", choices=audited_studies(), required=True)
     parser.add_argument("--setting", default="gradient")
     parser.add_argument("--canaries", type=int, required=True)
     parser.add_argument("--confidence", type=float, default=0.95)

@@ -29,10 +29,10 @@ from dpmed.config.wildcards import format_eps, parse_eps
 from dpmed.privacy.clipping import paper_column_order
 from dpmed.report.intervals import paired_p, summarize, t_interval
 from dpmed.report.style import save_figure, write_table
+from dpmed.seg.grid import SEG_DATASETS, clip_overrides, clip_rule
 from dpmed.seg.morphology import RETINAL_DATASET, morph_kind, parse_morph
 from dpmed.seg.report.labels import clip_label, clip_order, model_label, model_order
 from dpmed.seg.report.main import collect_runs
-from dpmed.seg.spec import SEG_DATASETS, clip_overrides, clip_rule
 
 
 def setting_labels(pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], str]:

@@ -28,6 +28,7 @@ from dpmed.config.grid import wildcards_from_path
 from dpmed.data.oct import DUKE_CLASSES
 from dpmed.report.intervals import half_width
 from dpmed.report.style import label_bars, save_figure
+from dpmed.seg.grid import clip_overrides
 from dpmed.seg.morphology import (
     OPERATIONS,
     RETINAL_CLASSES,
@@ -37,10 +38,12 @@ from dpmed.seg.morphology import (
     morph_kind,
     parse_morph,
 )
+
+# Fig. 12 shows the paper's adaptive variant v2.
+from dpmed.seg.outputs import HISTORY, MORPH_LOG
 from dpmed.seg.report.ablation import clip_groups, plain_clip, setting_labels
 from dpmed.seg.report.labels import model_label, model_order
 from dpmed.seg.report.main import best_fixed, collect_runs
-from dpmed.seg.spec import HISTORY, MORPH_LOG, clip_overrides
 
 # Fig. 12 shows the paper's adaptive variant v2.
 LAYER_VARIANT = "adaptive-v2"

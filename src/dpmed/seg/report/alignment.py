@@ -24,8 +24,8 @@ from dpmed.config.grid import wildcards_from_path
 from dpmed.config.wildcards import format_eps, parse_eps
 from dpmed.privacy.clipping import CLIP_RULES
 from dpmed.report.style import save_figure
+from dpmed.seg.grid import SEG_DATASETS, is_paper_cell
 from dpmed.seg.report.labels import clip_label, clip_order, dataset_label, model_label, model_order
-from dpmed.seg.spec import SEG_DATASETS, is_paper_cell
 
 # Bottom row of the paper's Fig. 7: the model shown per dataset.
 BOTTOM_MODEL = {"duke": "unet", "umn": "unet", "covidct": "infnet"}

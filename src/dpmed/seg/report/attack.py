@@ -41,9 +41,9 @@ from dpmed.report.intervals import (
     summarize,
 )
 from dpmed.report.style import save_figure, write_table
+from dpmed.seg.grid import SEG_DATASETS, clip_rule
 from dpmed.seg.morphology import is_plain, morph_kind
 from dpmed.seg.report.labels import clip_label, clip_order, dataset_label, model_label, model_order
-from dpmed.seg.spec import SEG_DATASETS, clip_rule
 
 METRICS = ("auc", "balanced_accuracy", "advantage", "tpr_at_fpr_1pct", "tpr_at_fpr_0.1pct")
 CELL = ["dataset", "model", "clip", "morph", "eps"]

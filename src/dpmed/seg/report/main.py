@@ -29,9 +29,9 @@ import pandas as pd
 
 from dpmed.report.intervals import half_width, paired_tests, summarize
 from dpmed.report.style import label_bars, save_figure, write_table
+from dpmed.seg.grid import SEG_DATASETS, STRUCTURE_DATASETS
 from dpmed.seg.morphology import MORPH_KINDS, morph_kind, parse_morph
 from dpmed.seg.report.labels import clip_label, clip_order, model_label, model_order
-from dpmed.seg.spec import SEG_DATASETS, STRUCTURE_DATASETS
 
 METRICS = ("dice", "hd95", "mae", "s_alpha", "e_phi")
 COLUMN = {"dice": "Dice", "hd95": "HD95", "mae": "MAE", "s_alpha": "S_alpha", "e_phi": "E_phi"}

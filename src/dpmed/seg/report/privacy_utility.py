@@ -13,10 +13,10 @@ import pandas as pd
 from dpmed.config.wildcards import parse_eps
 from dpmed.report import privacy_utility
 from dpmed.report.style import save_figure, write_table
+from dpmed.seg.grid import SEG_DATASETS
 from dpmed.seg.morphology import MORPH_KINDS, morph_kind
 from dpmed.seg.report.labels import clip_order, dataset_label, model_label, model_order
 from dpmed.seg.report.main import collect_runs, setting_method
-from dpmed.seg.spec import SEG_DATASETS
 
 METRIC = "dice"
 

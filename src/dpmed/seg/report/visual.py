@@ -29,12 +29,12 @@ from dpmed.privacy.clipping import paper_column_order
 from dpmed.report.data import LABEL_COLOURS
 from dpmed.report.style import save_figure
 from dpmed.seg.data import load_seg_data
+from dpmed.seg.grid import SEG_DATASETS, clip_rule
 from dpmed.seg.inference import load_run_model
 from dpmed.seg.losses import split_output
 from dpmed.seg.morph_ops import apply_morph
 from dpmed.seg.morphology import MorphSpec, morph_kind, parse_morph
 from dpmed.seg.report.labels import clip_label, clip_order, dataset_label, model_label, model_order
-from dpmed.seg.spec import SEG_DATASETS, clip_rule
 
 # Improved map (Fig. 10): 0 correct before and after, 1 wrong before and after, 2 corrected
 # by morphology, 3 new error introduced by morphology.

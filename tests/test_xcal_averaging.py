@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpmed.federated.averaging import weighted_mean, weighted_sum
+from dpmed.xcal.averaging import weighted_mean, weighted_sum
 
 
 def test_weighted_mean_by_hand():

@@ -1,4 +1,5 @@
-"""Audits of private fets cells with canary collaborator updates (setting `update`).
+"""Audits of private fets cells with canary collaborator updates (setting `update`;
+`dpmed.privacy.audit`).
 
 The fets guarantee is collaborator-level with replace-one adjacency: neighbouring rounds differ
 in one chosen collaborator's model tensors. Each of the m canaries is one more collaborator of
@@ -11,7 +12,7 @@ of the round's chosen collaborators'; they join every round, the worst case for 
 which composes over all T rounds without sampling. Score: ⟨e_{c_j}, w_T − w_0⟩ on the released
 global model.
 
-The rounds are `dpmed.fets.run`'s (`build_federation`, `aggregate_round`: the real local
+The rounds are `dpmed.fets.run`'s (`prepare`, `aggregate_round`: the real local
 training and the real `Server` with the cell's aggregator and DP mode); validation, timing and
 checkpoints are skipped. Paper mode runs as it is (per-tensor clipping of the full weights,
 similarity weights, the empirical Δf), audited against the T·ε0 it claims. `noise_scale`
@@ -27,10 +28,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from dpmed.fets import privacy
+from dpmed.fets import run as fets_run
+from dpmed.fets.aggregation import DP_MODES, flatten_state
+from dpmed.fets.collaborator import state_to_numpy
 from dpmed.fets.server import Local, Server, ServerConfig
 from dpmed.privacy.audit.bound import best_audit
-from dpmed.privacy.audit.cell import CellAudit, audit_generator
-from dpmed.privacy.audit.settings import require_setting
+from dpmed.privacy.audit.cell import CellAudit, audit_generator, require_setting
 from dpmed.runtime import JobContext
 
 if TYPE_CHECKING:
@@ -97,7 +101,7 @@ class AuditServer(Server):
         return super().generator(fl_round).scaled(self.noise_scale)
 
 
-def audit_fets_cell(
+def audit_cell(
     job: JobContext,
     setting: str,
     canaries: int,
@@ -105,17 +109,11 @@ def audit_fets_cell(
     noise_scale: float = 1.0,
 ) -> CellAudit:
     """Run the private fets cell of `job` with `canaries` canary collaborators and audit it."""
-    from dpmed.fets import privacy
-    from dpmed.fets import run as fets_run
-    from dpmed.fets.aggregation import DP_MODES, flatten_state
-    from dpmed.fets.collaborator import state_to_numpy
-
     require_setting("fets", setting)
-    device = job.start()
-    cfg = fets_run.server_config(job)
-    if not DP_MODES[cfg.dpmode].private:
+    if not DP_MODES[job.wildcards["dpmode"]].private:
         raise ValueError(f"fets cell {job.wildcards} is not private: nothing to audit")
-    federation = fets_run.build_federation(job, device)
+    prepared = fets_run.prepare(job)
+    cfg, federation = prepared.server, prepared.federation
     state = state_to_numpy(federation.model)
     before = flatten_state(state)
     updates = UpdateCanaries.draw(

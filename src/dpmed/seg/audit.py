@@ -1,10 +1,11 @@
-"""Audits of private seg cells: the plan, network, optimizer, DP-SGD setup and epochs of
-`dpmed.seg.run` with canaries added. Three settings:
+"""Audits of private seg cells (`dpmed.privacy.audit`): the job as `dpmed.seg.run.prepare`
+builds it and the runner's epochs, with canaries added. Three settings:
 
 - `gradient`: white-box Dirac canaries (`dpmed.privacy.audit.dirac`) entering every DP step
   through `Setup.inject`, empty Poisson batches included; score ⟨e_c, θ_0 − θ_T⟩. Their norm is
-  the one the clip rule lets through largest (`canary_norm`). Ghost clipping keeps no
-  per-sample gradients and is refused.
+  the one the clip rule lets through largest (`canary_norm`). They extend Opacus' per-sample
+  gradients: a job whose `auto` mode picks book-keeping runs with hooks (`per_sample_rows`);
+  ghost clipping and an explicit book-keeping mode keep none and are refused.
 - `paper-noise`: the same canaries on the run with the noise multiplier the clip rule's public
   implementation used (`ClipEntry.paper_noise`, e.g. NSGD's σ·r/C), audited against the ε the
   calibrated σ claims: what the paper code's run would claim. Only rules whose public noise
@@ -25,20 +26,20 @@ the noise std actually added (the claim unchanged).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from dpmed.privacy.audit.bound import best_audit
-from dpmed.privacy.audit.cell import CellAudit, audit_generator, canary_norm
+from dpmed.privacy.audit.cell import CellAudit, audit_generator, canary_norm, require_setting
 from dpmed.privacy.audit.dirac import DiracCanaries
-from dpmed.privacy.audit.settings import require_setting
+from dpmed.privacy.clipping import CLIP_RULES
+from dpmed.privacy.grad_sample_mode import resolve_grad_sample_mode
 from dpmed.runtime import JobContext
-
-if TYPE_CHECKING:
-    from dpmed.seg.data import SegData
-    from dpmed.seg.run import Plan
+from dpmed.seg import run as seg_run
+from dpmed.seg.data import SegData, Split, load_seg_data
+from dpmed.seg.evaluate import morph_output
+from dpmed.seg.losses import per_sample_loss
 
 SCORE_BATCH = 64
 
@@ -76,8 +77,6 @@ class SegInputCanaries:
 
     def add_to(self, data: SegData) -> SegData:
         """`data` with the included canaries appended to the training split."""
-        from dpmed.seg.data import Split
-
         train, keep = data.splits["train"], torch.from_numpy(self.included)
         grown = Split(
             torch.cat([train.images, self.images[keep]]),
@@ -85,14 +84,11 @@ class SegInputCanaries:
         )
         return replace(data, splits={**data.splits, "train": grown})
 
-    def scores(self, net: torch.nn.Module, plan: Plan, device: torch.device) -> np.ndarray:
+    def scores(self, net: torch.nn.Module, plan: seg_run.Plan, device: torch.device) -> np.ndarray:
         """Per canary, float64 (m,): the training loss (DP-Morph applied) of `net` in eval mode
         on the image's own mask minus that on its shifted mask. Subtracting the own-mask loss
         calibrates each image's difficulty (an image every model segments well scores no
         higher for it); a model that learnt the shifted mask scores high."""
-        from dpmed.seg.evaluate import morph_output
-        from dpmed.seg.losses import per_sample_loss
-
         net.eval()
         dice_weight = float(plan.params["dice_weight"])
         scores = []
@@ -106,11 +102,9 @@ class SegInputCanaries:
         return torch.cat(scores).numpy()
 
 
-def paper_noise_multiplier(plan: Plan, sigma: float) -> float:
+def paper_noise_multiplier(plan: seg_run.Plan, sigma: float) -> float:
     """The noise multiplier the clip rule's public implementation adds for our calibrated σ;
     ValueError for rules whose public noise is σ itself or data-dependent."""
-    from dpmed.privacy.clipping import CLIP_RULES
-
     entry = CLIP_RULES[plan.rule.name]
     if not entry.paper_flaw or entry.paper_noise is None:
         raise ValueError(
@@ -120,7 +114,17 @@ def paper_noise_multiplier(plan: Plan, sigma: float) -> float:
     return float(entry.paper_noise(sigma, plan.rule))
 
 
-def audit_seg_cell(
+def per_sample_rows(job: JobContext) -> JobContext:
+    """`job` with Opacus' per-sample gradients (`hooks`) where `auto` would pick book-keeping,
+    which keeps no per-sample rows for Dirac canaries to extend; an explicit mode stays."""
+    params = job.params
+    mode = resolve_grad_sample_mode(params["grad_sample_mode"], job.wildcards["model"])
+    if params["grad_sample_mode"] != "auto" or mode != "bk":
+        return job
+    return replace(job, params={**params, "grad_sample_mode": "hooks"})
+
+
+def audit_cell(
     job: JobContext,
     setting: str,
     canaries: int,
@@ -128,27 +132,20 @@ def audit_seg_cell(
     noise_scale: float = 1.0,
 ) -> CellAudit:
     """Train the private seg cell of `job` with `canaries` canaries of `setting` and audit it."""
-    from dpmed.seg import run as seg_run
-    from dpmed.seg.data import load_seg_data
-
     require_setting("seg", setting)
-    device = job.start()
-    data = load_seg_data(job.processed_dir, job.wildcards["dataset"])
-    inputs = None
+    data, inputs = None, None
     if setting == "input":
+        data = load_seg_data(job.processed_dir, job.wildcards["dataset"])
         inputs = SegInputCanaries.draw(data, canaries, audit_generator(job, "input"))
         data = inputs.add_to(data)
-    plan = seg_run.Plan.of(job, data)
+    else:
+        job = per_sample_rows(job)
+    prepared = seg_run.prepare(job, data)
+    plan, setup, state, device = prepared.plan, prepared.setup, prepared.state, prepared.device
     if not plan.private:
         raise ValueError(f"seg cell {job.wildcards} is not private: nothing to audit")
-    if plan.mode == "bk" and setting != "input" and job.params["grad_sample_mode"] == "auto":
-        plan = replace(plan, mode="hooks")  # Dirac canaries need Opacus' per-sample rows
     if plan.mode in ("ghost", "bk") and setting != "input":
         raise ValueError(f"{plan.mode} clipping keeps no per-sample gradients for Dirac canaries")
-    net, _ = seg_run.build_network(job, data, device)
-    optimizer = seg_run.make_optimizer(net, job.params)
-    state = seg_run.TrainState()
-    setup = seg_run.make_setup(plan, net, optimizer, data, seg_run.sampling_generator(job), state)
     multiplier = setup.sigma
     if setting == "paper-noise":
         multiplier = paper_noise_multiplier(plan, setup.sigma)
@@ -161,16 +158,17 @@ def audit_seg_cell(
         dirac = DiracCanaries.draw(params, canaries, norm, plan.q, generator)
         setup.inject = lambda ps: dirac.inject(ps, dirac.step_members(generator))
     before = [p.detach().clone() for p in params]
-    net.train()
+    prepared.net.train()
     for epoch in range(plan.epochs):
         seg_run.train_epoch(setup, plan, state, epoch, device)
     # the accountant recorded the σ actually used; the claim is that of the calibrated σ
     history = [(setup.sigma, q, n) for _, q, n in setup.accountant_history()]
-    record = seg_run.privacy_record(plan, setup, state, history, len(data.splits["train"]))
+    n_train = len(prepared.data.splits["train"])
+    record = seg_run.privacy_record(plan, setup, state, history, n_train)
     if dirac is not None:
         scores, included = dirac.scores(before, params), dirac.included.numpy()
     else:
-        scores, included = inputs.scores(net, plan, device), inputs.included
+        scores, included = inputs.scores(prepared.net, plan, device), inputs.included
     wc = dict(job.wildcards)
     guarantee = "paper-approximation" if setting == "paper-noise" else record.guarantee
     return CellAudit(

@@ -1,4 +1,4 @@
-"""Weighted averaging of model tensors (the xcal server's FedAvg over clients).
+"""Weighted averaging of model tensors: the xcal server's FedAvg over clients.
 
 Works on NumPy arrays and torch tensors alike and computes in the tensors' own dtype: each
 weight is cast to that dtype before the product, the products are accumulated in place in

@@ -1,9 +1,10 @@
-"""Audits of private xcal cells: the federation and rounds of `dpmed.xcal.run` with canaries
-entering each client's DP step through `Client.audit` (`gradient`: Dirac canaries, canary j
-belonging to client j mod K and sampled at that client's q; XCal-FL's signal step does not see
-them, a record whose signal is 0, a value it may take) or the clients' data (`input`: held-out
-images with a wrong label, added to client j mod K, whose size and so q grow with them; score
-−CE of the final global model on the wrong label). ROAD is skipped."""
+"""Audits of private xcal cells (`dpmed.privacy.audit`): the federation as
+`dpmed.xcal.run.prepare` builds it and the runner's rounds, with canaries entering each
+client's DP step through `Client.audit` (`gradient`: Dirac canaries, canary j belonging to
+client j mod K and sampled at that client's q; XCal-FL's signal step does not see them, a
+record whose signal is 0, a value it may take) or the clients' data (`input`: held-out images
+with a wrong label, added to client j mod K, whose size and so q grow with them; score −CE of
+the final global model on the wrong label). ROAD is skipped."""
 
 from __future__ import annotations
 
@@ -11,22 +12,20 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dpmed.config.wildcards import parse_eps
 from dpmed.privacy.audit.bound import best_audit
-from dpmed.privacy.audit.cell import CellAudit, audit_generator, canary_norm
+from dpmed.privacy.audit.cell import CellAudit, audit_generator, canary_norm, require_setting
 from dpmed.privacy.audit.dirac import DiracCanaries
-from dpmed.privacy.audit.settings import require_setting
 from dpmed.privacy.dpsgd import opacus_clip_factors, trainable
 from dpmed.runtime import JobContext
-
-if TYPE_CHECKING:
-    from dpmed.xcal.run import Federation
+from dpmed.xcal import run as xcal_run
+from dpmed.xcal.privacy import privacy_record
 
 SCORE_BATCH = 256
 
@@ -69,9 +68,7 @@ class InputCanaries:
     ) -> InputCanaries:
         """`count` images of the val and test splits (never trained on), drawn without
         replacement, each with a uniformly drawn wrong label and included w.p. ½."""
-        from dpmed.xcal.run import load_split
-
-        splits = [load_split(processed_dir, split) for split in ("val", "test")]
+        splits = [xcal_run.load_split(processed_dir, split) for split in ("val", "test")]
         images = np.concatenate([s[0] for s in splits])
         labels = np.concatenate([s[1] for s in splits]).reshape(-1)
         if not 0 < count <= len(labels):
@@ -102,20 +99,18 @@ class InputCanaries:
 
     def scores(self, net: nn.Module, device: torch.device) -> np.ndarray:
         """−CE of `net` (eval mode) on each canary's wrong label, float64 (m,)."""
-        from dpmed.xcal.run import to_tensor
-
         net.eval()
         losses = []
         with torch.no_grad():
             for start in range(0, len(self.labels), SCORE_BATCH):
-                x = to_tensor(self.images[start : start + SCORE_BATCH], device)
+                x = xcal_run.to_tensor(self.images[start : start + SCORE_BATCH], device)
                 y = torch.from_numpy(self.labels[start : start + SCORE_BATCH]).to(device)
                 losses.append(F.cross_entropy(net(x), y, reduction="none").double().cpu())
         return -torch.cat(losses).numpy()
 
 
 def _dirac_audits(
-    job: JobContext, fed: Federation, canaries: int, noise_scale: float
+    job: JobContext, fed: xcal_run.Federation, canaries: int, noise_scale: float
 ) -> tuple[DiracCanaries, float]:
     """Draw the cell's Dirac canaries over the global model and give every client its own
     (canary j → client j mod K, sampled at the client's q); the canaries and their norm."""
@@ -132,7 +127,7 @@ def _dirac_audits(
     return dirac, norm
 
 
-def audit_xcal_cell(
+def audit_cell(
     job: JobContext,
     setting: str,
     canaries: int,
@@ -141,16 +136,11 @@ def audit_xcal_cell(
 ) -> CellAudit:
     """Train the private xcal cell of `job` with `canaries` canaries of `setting` and audit it.
 
-    The run is `dpmed.xcal.run`'s federation and rounds (`build_federation`, `train_round`;
-    ROAD skipped), the canaries entering through `Client.audit` (gradient) or the clients'
-    data (input).
+    The run is `dpmed.xcal.run`'s federation and rounds (`prepare`, `train_round`; ROAD
+    skipped), the canaries entering through `Client.audit` (gradient) or the clients' data
+    (input).
     """
-    from dpmed.config.wildcards import parse_eps
-    from dpmed.xcal import run as xcal_run
-    from dpmed.xcal.privacy import privacy_record
-
     require_setting("xcal", setting)
-    device = job.start()
     inputs, parts = None, None
     if setting == "input":
         meta = json.loads((Path(job.processed_dir) / "meta.json").read_text())
@@ -159,7 +149,8 @@ def audit_xcal_cell(
             Path(job.processed_dir), canaries, int(meta["n_classes"]), generator
         )
         parts = inputs.add_to(xcal_run.client_partitions(job))
-    fed = xcal_run.build_federation(job, device, parts)
+    prepared = xcal_run.prepare(job, parts)
+    device, fed = prepared.device, prepared.federation
     if not fed.method.dp:
         raise ValueError(f"xcal cell {job.wildcards} is not private: nothing to audit")
     if setting == "gradient":

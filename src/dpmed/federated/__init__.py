@@ -1,1 +1,0 @@
-"""What the two federated studies (fets, xcal) share: weighted averaging of model tensors."""
