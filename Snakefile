@@ -6,29 +6,37 @@
 See README.md for partial reruns and real data.
 """
 
-import os
-import sys
-from pathlib import Path
+import posixpath
 
+from snakemake.sourcecache import LocalGitFile
 from snakemake.utils import min_version
 
 min_version("9.0")
 
 # This workflow's own folder: the main Snakefile's, or the module's when another workflow uses
 # dpmed through `module dpmed: snakefile: ...` (workflow.basedir is then the *other* workflow's).
-DPMED_ROOT = Path(workflow.current_basedir)
-# The library lives in src/. It goes first on sys.path here and first on PYTHONPATH for every job
-# (Snakemake only appends this process's sys.path to a `script:` job's), so an installed dpmed
-# or another checkout's editable install never runs in place of this workflow's code.
-DPMED_SRC = str(DPMED_ROOT / "src")
-sys.path.insert(0, DPMED_SRC)
-os.environ.update(
-    PYTHONPATH=os.pathsep.join(
-        [DPMED_SRC, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+# A versioned source (`github("<owner>/dpmed", path="Snakefile", tag=...)`, or
+# `git+file://<clone>/Snakefile@<tag>`) is read out of git, not from a folder: DPMED_ROOT is None.
+_SOURCE = workflow.current_basedir
+
+
+# rules/source.smk, the file beside this one (joined by hand for a git+file source: Snakemake 9
+# joins a path to a Snakefile at the top of a git repository as `/<path>`, which git cannot show).
+_SOURCE_RULES = (
+    LocalGitFile(
+        _SOURCE.repo_path,
+        posixpath.normpath(posixpath.join(_SOURCE.path, "rules/source.smk")),
+        ref=_SOURCE.ref,
     )
+    if isinstance(_SOURCE, LocalGitFile)
+    else "rules/source.smk"
 )
 
-from dpmed.config.checks import load_config_file
+
+include: _SOURCE_RULES
+
+
+from dpmed.config.checks import check_complete, load_config_file
 
 
 # config/config.yaml (next to this file, whatever --directory says) unless the command line
@@ -39,29 +47,32 @@ from dpmed.config.checks import load_config_file
 # dpmed's strict loader, which names file, line and key of both.
 # A workflow that uses dpmed as a module passes its own config (`config: config`) and Snakemake
 # then skips this configfile.
-for _path in workflow.config_settings.configfiles or [DPMED_ROOT / "config" / "config.yaml"]:
+CONFIG_FILES = workflow.config_settings.configfiles or [dpmed_file("config/config.yaml")]
+for _path in CONFIG_FILES:
     load_config_file(_path)
 if not workflow.config_settings.configfiles:
 
-    configfile: DPMED_ROOT / "config" / "config.yaml"
+    configfile: dpmed_file("config/config.yaml")
 
 
-include: "rules/common.smk"
-include: "rules/data.smk"
+# A config that lacks a required section (a --configfile of a few overrides) stops here with a
+# line naming its files and what they lack, and the hint to start from a complete file.
+check_complete(config, dpmed_file("config/schema.yaml"), CONFIG_FILES)
+
+
+include: dpmed_source("rules/common.smk")
+include: dpmed_source("rules/data.smk")
 
 
 # Each registered study's own rule file (`StudySpec.rules`, dpmed.studies).
 for _, _study in STUDIES.items():
 
-    include: _study.rules
+    include: dpmed_source(_study.rules)
 
 
-include: "rules/audit.smk"
-include: "rules/report.smk"
-include: "rules/preflight.smk"
-
-
-report: "workflow/report/workflow.rst"
+include: dpmed_source("rules/audit.smk")
+include: dpmed_source("rules/report.smk")
+include: dpmed_source("rules/preflight.smk")
 
 
 # `--config preflight=true` (or `sample`) targets the preflight's outputs instead of the grid's.

@@ -8,12 +8,13 @@ from dpmed.config.checks import check_config
 from dpmed.config.grid import wildcard_patterns
 from dpmed.data.registry import ARRAY_FILES, datasets_writing, processed_files
 from dpmed.job_cost import audit_request, mem_cap_note, request as cost_request
+from dpmed.profile_checks import check_gpu_requests, profile_placeholders
 from dpmed.report.menu import menu_name, report_item
 from dpmed.report.outputs import EXTS_OF_KEYWORD, FIGURE_EXTS, TABLE_EXTS
 from dpmed.studies import STUDIES
 
 
-GRID = check_config(config, DPMED_ROOT / "config" / "schema.yaml")
+GRID = check_config(config, dpmed_file("config/schema.yaml"))
 # how often Snakemake samples a running job for its benchmark file (dpmed.benchmark_sampling)
 set_benchmark_interval(config["logging"]["benchmark_interval"])
 # Tables and figures the grid cannot feed are left out of the targets: say so and why (once,
@@ -21,6 +22,9 @@ set_benchmark_interval(config["logging"]["benchmark_interval"])
 if workflow.is_main_process:
     for _note in GRID.notes():
         print(f"dpmed note: {_note}", file=sys.stderr)
+    # A site profile's `<...>` left unfilled (make slurm-profile) plans fine but cannot submit.
+    for _note in profile_placeholders(workflow.resource_settings):
+        print(f"dpmed warning: {_note}", file=sys.stderr)
 DATASETS = GRID.datasets()
 CONDA_ENV = "../envs/dpmed.yaml"
 # Training rules ask for one GPU unless the config pins the CPU (smoke runs then use both cores).
@@ -29,6 +33,12 @@ TRAIN_THREADS = 1 if config["device"] == "cpu" else 4
 # Report categories of the cross-study outputs.
 DATA_CAT, PRIVACY_CAT = "data", "privacy"
 FIG, TAB = FIGURE_EXTS, TABLE_EXTS
+
+
+# The report's front page (`snakemake --report`). Declared here, not in the Snakefile: a path
+# next to a Snakefile at the top of a git source (`git+file://…/Snakefile@<tag>`) does not
+# resolve in Snakemake 9 (`dpmed_source` in the Snakefile).
+report: "../workflow/report/workflow.rst"
 
 
 wildcard_constraints:

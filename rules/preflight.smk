@@ -34,3 +34,9 @@ rule preflight:
         CONDA_ENV
     script:
         "../workflow/scripts/preflight.py"
+
+
+# The last rule file the Snakefile includes: with every rule parsed, the GPU requests the site
+# profile makes of them are checked once, before any job is planned (dpmed.profile_checks).
+if workflow.is_main_process:
+    check_gpu_requests(workflow.rules)

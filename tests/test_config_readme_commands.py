@@ -1,5 +1,5 @@
-"""The README's partial-rerun commands (`snakemake $S ...` under "Partial reruns" and "After a
-kill or a crash") work exactly as written, `S="..."` line included: each runs in a scratch
+"""The partial-rerun commands of docs/running.md (`snakemake $S ...` under "Partial reruns" and
+"After a kill or a crash") work exactly as written, `S="..."` line included: each runs in a scratch
 folder that links the project's workflow files. A command that would run jobs (a target,
 `--until`, `-R`, `--forcerun`, `--rerun-incomplete`) gets `-n` appended; `-n`, `--unlock` and
 `--list-changes` run as written. The commands run at once, in parallel."""
@@ -15,18 +15,18 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-README = REPO / "README.md"
+README = REPO / "docs" / "running.md"
 # What the commands read: the Snakefile, its rules, library, scripts, configs and profiles.
 LINKED = ("Snakefile", "rules", "src", "workflow", "envs", "config", "profiles")
-# Options with which a command runs no job, so it runs as the README writes it.
+# Options with which a command runs no job, so it runs as the page writes it.
 RUNS_NO_JOB = ("-n", "--unlock", "--list-changes")
 
 
 def readme_commands() -> tuple[str, list[str]]:
-    """(the README's `S="..."` line, every `snakemake $S ...` command without its comment)."""
+    """(the page's `S="..."` line, every `snakemake $S ...` command without its comment)."""
     text = README.read_text()
     setting = re.search(r'^S="[^"]*".*$', text, flags=re.M)
-    assert setting, "README.md lost its S=... line"
+    assert setting, "docs/running.md lost its S=... line"
     commands = [
         re.sub(r"\s+#.*$", "", line) for line in re.findall(r"^snakemake \$S.*$", text, flags=re.M)
     ]
@@ -44,7 +44,7 @@ def as_run(command: str) -> str:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
-    """command → its result, each run by bash after the README's S line."""
+    """command → its result, each run by bash after the page's S line."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     started = {}
     for command in COMMANDS:

@@ -375,8 +375,8 @@ def _bad_umn(case: str) -> dict:
     volumes, fluids = _umn_arrays()
     if case == "missing_variable":
         return {"AllSubjects": _cell(volumes)}
-    if case == "cell_lengths":
-        return {"AllSubjects": _cell(volumes), "ManualFluid1": _cell(fluids[:1])}
+    if case == "cell_lengths":  # fewer images than annotations
+        return {"AllSubjects": _cell(volumes[:1]), "ManualFluid1": _cell(fluids)}
     if case == "nan_image":
         noisy = volumes[1].astype(np.float64)
         noisy[2, 2, 1] = np.nan
@@ -402,6 +402,77 @@ def test_umn_bad_inputs_name_the_file(tmp_path, case):
     with pytest.raises(DataFormatError) as err:
         list(oct.load_bscans(folder, "umn", grader=1))
     assert str(path) in str(err.value)
+
+
+def _release_shaped_umn(n_images: int, n_annotated: int) -> tuple[list, list, list]:
+    """`n_images` subjects (H=4, W=5, B=2, distinct random B-scans) and `n_annotated` fluid
+    cells per grader; subject i's fluid marks pixel (i % 4, i % 5) of B-scan 1 (grader 2:
+    of B-scan 0), so a mask shows which annotation it was paired with."""
+    rng = np.random.default_rng(7)
+    volumes = [rng.integers(0, 256, size=(4, 5, 2)).astype(np.uint8) for _ in range(n_images)]
+    fluids = {1: [], 2: []}
+    for i in range(n_annotated):
+        for grader, bscan in ((1, 1), (2, 0)):
+            fluid = np.zeros((4, 5, 2))
+            fluid[i % 4, i % 5, bscan] = 1.0
+            fluids[grader].append(fluid)
+    return volumes, fluids[1], fluids[2]
+
+
+@pytest.mark.parametrize("v73", [False, True])
+def test_umn_release_shape_drops_the_unannotated_last_subject(tmp_path, capsys, v73):
+    """The release holds 30 `AllSubjects` cells and 29 `ManualFluid1/2` cells: cells 1..29 are
+    read paired in order, cell 30 is dropped and reported (stdout and meta.json notes)."""
+    volumes, fluid1, fluid2 = _release_shaped_umn(30, 29)
+    folder = tmp_path / "umn"
+    folder.mkdir()
+    path = folder / "UMNDataset.mat"
+    if v73:
+        _write_v73(path, {"AllSubjects": volumes, "ManualFluid1": fluid1, "ManualFluid2": fluid2})
+    else:
+        scipy.io.savemat(
+            path,
+            {
+                "AllSubjects": _cell(volumes),
+                "ManualFluid1": _cell(fluid1),
+                "ManualFluid2": _cell(fluid2),
+            },
+        )
+    for grader, fluids in ((1, fluid1), (2, fluid2)):
+        samples = list(oct.load_bscans(folder, "umn", grader=grader))
+        assert len(samples) == 29 * 2
+        expected = [(i, b) for i in range(29) for b in range(2)]
+        for sample, (i, b) in zip(samples, expected, strict=True):
+            assert (sample.subject, sample.bscan) == (f"Subject_{i + 1:02d}", b)
+            np.testing.assert_array_equal(sample.image, volumes[i][:, :, b])
+            np.testing.assert_array_equal(sample.mask, (fluids[i][:, :, b] > 0).astype(np.uint8))
+        report = capsys.readouterr().out
+        assert str(path) in report and "AllSubjects{30}" in report and "Subject_30" in report
+    out = tmp_path / "out"
+    oct.preprocess(folder, out, "umn", {**UMN, "size": [4, 5]})
+    capsys.readouterr()
+    meta = json.loads((out / "meta.json").read_text())
+    ids = sorted(s for split in meta["splits"].values() for s in split)
+    assert ids == [f"Subject_{i:02d}" for i in range(1, 30)]
+    counts = {(c["split"], c["unit"]): c["count"] for c in meta["counts"]}
+    assert sum(counts[(split, "subjects")] for split in oct.SPLITS) == 29
+    assert sum(counts[(split, "images")] for split in oct.SPLITS) == 29 * 2
+    assert "AllSubjects cell 30" in meta["notes"] and "dropped" in meta["notes"]
+
+
+@pytest.mark.parametrize(("n_images", "n_annotated"), [(30, 27), (29, 30)])
+def test_umn_other_cell_count_mismatches_are_refused(tmp_path, n_images, n_annotated):
+    volumes, fluid1, _ = _release_shaped_umn(n_images, n_annotated)
+    folder = tmp_path / "umn"
+    folder.mkdir()
+    path = folder / "UMNDataset.mat"
+    scipy.io.savemat(path, {"AllSubjects": _cell(volumes), "ManualFluid1": _cell(fluid1)})
+    with pytest.raises(DataFormatError) as err:
+        list(oct.load_bscans(folder, "umn", grader=1))
+    message = str(err.value)
+    assert str(path) in message
+    assert f"'AllSubjects' ({n_images} cells)" in message
+    assert f"'ManualFluid1' ({n_annotated} cells)" in message
 
 
 def test_umn_missing_file(tmp_path):

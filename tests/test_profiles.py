@@ -98,7 +98,10 @@ def test_make_slurm_profile_installs_where_snakemake_looks_and_never_overwrites(
     assert installed.parent == user_profile_dir(env={"HOME": str(tmp_path)})
     text = installed.read_text()
     assert 'slurm_account: "proj7"' in text and 'slurm_partition: "a100"' in text
-    assert "<cpu-partition>" in result.stdout  # what is left to edit is said
+    warnings = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert warnings == [
+        f"slurm-profile: warning: {installed} still holds <cpu-partition>: fill it in"
+    ]
     installed.write_text("# the user's own edits\n")
     again = make_slurm_profile(tmp_path, ACCOUNT="other")
     assert again.returncode != 0 and "already exists" in again.stderr
@@ -118,7 +121,7 @@ def test_install_reports_only_unfilled_placeholders_outside_comments(tmp_path):
     template.mkdir()
     (template / "config.yaml").write_text('a: "<account>"  # e.g. "<qos>"\nb: "<gpu-partition>"\n')
     left = install(template, tmp_path / "dest", {"<account>": "p"})
-    assert left == ["<gpu-partition>"]
+    assert left == {tmp_path / "dest" / "config.yaml": ["<gpu-partition>"]}
     with pytest.raises(FileExistsError):
         install(template, tmp_path / "dest", {})
 

@@ -1,5 +1,5 @@
-"""The README's layout section names what the tree holds: every package and top-level module of
-src/dpmed, every rule file, and every module a study package has."""
+"""The layout section of docs/extending.md names what the tree holds: every package and
+top-level module of src/dpmed, every rule file, and every module a study package has."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ SRC = REPO / "src" / "dpmed"
 
 
 def layout() -> str:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "extending.md").read_text()
     section = text.split("## Layout\n", 1)[1].split("\n## ", 1)[0]
     return section.split("```", 2)[1]
 

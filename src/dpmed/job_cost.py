@@ -33,9 +33,9 @@ and `TIME_GROWTH`^(attempt−1) more time; a job cut off by its time limit resum
 checkpoint. `resources.<rule>.mem_scale` / `runtime_scale` scale one rule for a site.
 
 To see what a grid asks for (the config files as `--configfile` gives them; default
-config/config.yaml):
+config/config.yaml; `--markdown` prints Markdown tables, the ones docs/cluster.md includes):
 
-    python -m dpmed.job_cost [FILE ...]
+    python -m dpmed.job_cost [--markdown] [FILE ...]
 """
 
 from __future__ import annotations
@@ -201,28 +201,83 @@ def mem_cap_note(rule: str, wildcards: Mapping[str, str], attempt: int, req: Req
 
 def grid_requests(config: Mapping[str, Any], grid: Grid) -> Counter[tuple[str, Request]]:
     """How many jobs of `grid` (expanded from the validated `config`) ask for each (rule,
-    first-try request); jobs ask for a GPU unless the config pins the CPU, as in the rules."""
+    first-try request), the `privacy_audit` jobs of its `audit` block included (each asks for
+    its cell's training request); jobs ask for a GPU unless the config pins the CPU, as in the
+    rules."""
+    from dpmed.config.audit import audit_jobs
+
     gpu = config["device"] != "cpu"
     counts: Counter[tuple[str, Request]] = Counter()
     for rule, study in sized_rules().items():
         for job in grid.jobs(study):
             wc = dict(job.wildcards)
             counts[rule, request(rule, config, wc, grid.params(study, wc), gpu=gpu)] += 1
+    for audit in audit_jobs(config, grid):
+        counts["privacy_audit", audit_request(config, grid, audit.rule_wildcards, 1, gpu)] += 1
     return counts
+
+
+def requests_table(counts: Counter[tuple[str, Request]]) -> list[tuple[str, Request, int]]:
+    """(rule, request, jobs) of every distinct request in `counts`, by rule, largest first."""
+    ordered = sorted(counts.items(), key=lambda kv: (kv[0][0], -kv[0][1].mem_mb, -kv[0][1].runtime))
+    return [(rule, req, n) for (rule, req), n in ordered]
+
+
+def markdown(config: Mapping[str, Any], counts: Counter[tuple[str, Request]]) -> str:
+    """The sizing rules and the requests of `counts` (of the validated `config`'s grid) as
+    Markdown: the margins, per rule its jobs and largest request, then every distinct request;
+    docs/cluster.md includes it, so its numbers are the code's."""
+    settings = config["resources"]
+    rows = requests_table(counts)
+    lines = [
+        f"A job asks for {MEM_MARGIN:g} × its predicted peak memory (at least {MEM_FLOOR_MB} MB)"
+        f" and {TIME_MARGIN:g} × its predicted time plus {TIME_FLOOR_MIN} minutes; a GPU job"
+        f" divides its time by `resources.gpu_speedup` ({settings['gpu_speedup']:g} here). No"
+        f" request exceeds `resources.max_mem_mb` ({settings['max_mem_mb']} MB here) or"
+        f" `resources.max_runtime` ({settings['max_runtime']:g} minutes here). A retry asks for"
+        f" {MEM_GROWTH:g} × the memory and {TIME_GROWTH:g} × the time of the try before.",
+        "",
+        "| rule | jobs | GPU jobs | largest mem_mb | longest runtime (min) | largest GPU MB |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for rule in sorted({rule for rule, _, _ in rows}):
+        mine = [(req, n) for r, req, n in rows if r == rule]
+        lines.append(
+            f"| `{rule}` | {sum(n for _, n in mine)} | {sum(n for req, n in mine if req.gpu_mb)} | "
+            f"{max(req.mem_mb for req, _ in mine)} | {max(req.runtime for req, _ in mine)} | "
+            f"{max(req.gpu_mb for req, _ in mine) or '-'} |"
+        )
+    total = sum(n for _, _, n in rows)
+    lines.append(f"| all | {total} | {sum(n for _, req, n in rows if req.gpu_mb)} | | | |")
+    lines += [
+        "",
+        "| rule | mem_mb | runtime (min) | GPU MB bound | jobs |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for rule, req, n in rows:
+        capped = f" (capped; wants {req.uncapped_mem_mb})" if req.uncapped_mem_mb else ""
+        lines.append(
+            f"| `{rule}` | {req.mem_mb}{capped} | {req.runtime} | {req.gpu_mb or '-'} | {n} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the distinct requests of the grid `FILE ...` gives (as `--configfile FILE ...`;
-    default config/config.yaml), largest first."""
-    from dpmed.config.checks import REPO, check_config, config_files, load_configs
+    default config/config.yaml), largest first; with `--markdown` as the Markdown of
+    `markdown`."""
+    from dpmed.config.checks import checked_configs
 
-    config = load_configs(config_files("dpmed.job_cost", __doc__, argv))
-    grid = check_config(config, REPO / "config" / "schema.yaml")
+    args = list(sys.argv[1:] if argv is None else argv)
+    as_markdown = "--markdown" in args
+    args = [arg for arg in args if arg != "--markdown"]
+    _, config, grid = checked_configs("dpmed.job_cost", __doc__, args)
+    counts = grid_requests(config, grid)
+    if as_markdown:
+        print(markdown(config, counts), end="")
+        return 0
     print(f"{'rule':<11} {'mem_mb':>7} {'runtime':>11} {'GPU MB (at most)':>16}  jobs")
-    ordered = sorted(
-        grid_requests(config, grid).items(), key=lambda kv: (kv[0][0], -kv[0][1].mem_mb)
-    )
-    for (rule, req), n in ordered:
+    for rule, req, n in requests_table(counts):
         gpu = str(req.gpu_mb) if req.gpu_mb else "-"
         capped = f"  (max_mem_mb cap; wants {req.uncapped_mem_mb})" if req.uncapped_mem_mb else ""
         print(f"{rule:<11} {req.mem_mb:>7} {req.runtime:>7} min {gpu:>16}  {n}{capped}")

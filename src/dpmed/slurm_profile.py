@@ -31,23 +31,25 @@ def user_profile_dir(name: str = "slurm", env: Mapping[str, str] | None = None) 
     return Path(base).expanduser() / "snakemake" / name
 
 
-def install(template: Path, dest: Path, values: Mapping[str, str]) -> list[str]:
+def install(template: Path, dest: Path, values: Mapping[str, str]) -> dict[Path, list[str]]:
     """Copy the profile folder `template` to `dest`, replacing each placeholder of `values`
-    (e.g. {"<account>": "proj42"}) in its YAML files; return the placeholders left unfilled.
+    (e.g. {"<account>": "proj42"}) in its YAML files; return each installed file that still holds
+    placeholders outside comments, with them.
 
     Raises FileExistsError when `dest` exists: a site profile is the user's, never overwritten.
     """
     if dest.exists():
         raise FileExistsError(f"{dest} already exists; dpmed does not overwrite a site profile")
     shutil.copytree(template, dest)
-    left: set[str] = set()
+    left = {}
     for path in sorted(dest.glob("*.yaml")):
         text = path.read_text()
         for placeholder, value in values.items():
             text = text.replace(placeholder, value)
         path.write_text(text)
-        left.update(PLACEHOLDER.findall(_uncommented(text)))
-    return sorted(left)
+        if found := sorted(set(PLACEHOLDER.findall(_uncommented(text)))):
+            left[path] = found
+    return left
 
 
 def _uncommented(text: str) -> str:
@@ -71,9 +73,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"slurm-profile: {err}. Edit it, or move it away and rerun.", file=sys.stderr)
         return 1
     print(f"slurm-profile: installed {dest}/config.yaml")
+    for path, placeholders in left.items():
+        for placeholder in placeholders:
+            print(f"slurm-profile: warning: {path} still holds {placeholder}: fill it in",
+                  file=sys.stderr)  # fmt: skip
     if left:
-        print(f"slurm-profile: still to fill in {dest}/config.yaml: {', '.join(left)}")
-        print("  (or rerun with ACCOUNT=... CPU_PARTITION=... GPU_PARTITION=... after removing it)")
+        print(
+            "slurm-profile: (or remove it and rerun with ACCOUNT=... CPU_PARTITION=... "
+            "GPU_PARTITION=...)",
+            file=sys.stderr,
+        )
     print(
         "Then, from the project root:  snakemake --profile slurm -n   (the plan), and without -n."
     )

@@ -1,5 +1,5 @@
 """One smoke cell of each study (seg with its attack, fets, xcal) through a real SLURM cluster,
-run as the README tells users: `make slurm-profile` (into a temporary home), then
+run as docs/cluster.md tells users: `make slurm-profile` (into a temporary home), then
 `snakemake --profile slurm` from the project root, job states read with squeue (the cluster has
 no accounting database). GPU jobs must reach the gpu partition with one GPU and the memory and
 time the cost model sizes from the smoke settings (a constant paper-scale request could not even

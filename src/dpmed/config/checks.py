@@ -37,6 +37,15 @@ SPLITS = ("train", "val", "test")
 # The only numbers that may be infinite: the items of an ε list (`eps: [inf]`, a non-private
 # run; schema `$defs/eps`).
 INFINITE_ALLOWED = re.compile(r"\.eps\[\d+\]$")
+# What every error about a config lacking required keys adds: such a config is most likely a
+# --configfile of a few overrides, which dpmed does not merge onto config/config.yaml (merging
+# would silently bring in the paper grids and audit cells the file did not ask for).
+PARTIAL_HINT = (
+    "hint: a --configfile replaces config/config.yaml (it is not merged into it), so each "
+    "config file is complete: start from a copy of config/config.yaml or config/smoke.yaml"
+)
+# The most characters a line of a schema error shows (a message or value can be a whole block).
+SHOWN_CHARS = 300
 
 
 def study_schema(spec: StudySpec) -> dict[str, Any]:
@@ -76,24 +85,97 @@ def load_schema(path: str | Path) -> dict[str, Any]:
     return schema
 
 
-def validate_schema(config: MutableMapping[str, Any], schema: str | Path) -> None:
-    """Snakemake's `validate` (defaults filled in place) against `load_schema(schema)`."""
+def validate_schema(
+    config: MutableMapping[str, Any], schema: str | Path, files: Sequence[str | Path] = ()
+) -> None:
+    """Snakemake's `validate` (defaults filled in place) against `load_schema(schema)`. Its
+    error prints the whole schema (thousands of lines); the WorkflowError raised here holds the
+    failure's own message and key path only (`schema_error`)."""
     import json
     import tempfile
 
+    from jsonschema.exceptions import ValidationError
     from snakemake.utils import validate  # heavy import, only where a config is checked
+    from snakemake_interface_common.exceptions import WorkflowError
 
     with tempfile.TemporaryDirectory() as folder:
         assembled = Path(folder) / "schema.json"
         assembled.write_text(json.dumps(load_schema(schema)), encoding="utf-8")
-        validate(config, str(assembled))
+        try:
+            validate(config, str(assembled))
+        except WorkflowError as err:
+            if not isinstance(err.__context__, ValidationError):
+                raise
+            raise WorkflowError(schema_error(err.__context__, files)) from None
 
 
-def check_config(config: MutableMapping[str, Any], schema: str | Path) -> Grid:
+def schema_error(error: Any, files: Sequence[str | Path] = ()) -> str:
+    """A jsonschema `ValidationError` in a few lines: its message and the key path with the
+    value found there (`On instance['fets']['grid'][0]['eps'][0]: 0`), each cut to
+    `SHOWN_CHARS`; a missing required key adds the `PARTIAL_HINT`."""
+    import textwrap
+
+    path = "".join(f"[{part!r}]" for part in error.absolute_path)
+    lines = [
+        f"Error validating {config_source(files)}: {error.message}",
+        f"On instance{path}: {error.instance!r}",
+    ]
+    lines = [textwrap.shorten(line, SHOWN_CHARS, placeholder=" ...") for line in lines]
+    return "\n".join([*lines, PARTIAL_HINT] if error.validator == "required" else lines)
+
+
+def config_source(files: Sequence[str | Path]) -> str:
+    """How an error names the config: its files (`a.yaml + b.yaml`), else "the config"."""
+    return " + ".join(map(str, files)) or "the config"
+
+
+class IncompleteConfigError(ValueError):
+    """A config lacks required sections or keys (`missing_keys`); the message names them with
+    the config's files and adds the `PARTIAL_HINT`."""
+
+    def __init__(self, missing: Sequence[str], files: Sequence[str | Path] = ()) -> None:
+        self.missing = list(missing)
+        super().__init__(
+            f"{config_source(files)}: missing required key{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(missing)}\n{PARTIAL_HINT}"
+        )
+
+
+def missing_keys(config: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:
+    """The required top-level sections `config` lacks (`data`, the studies), then the required
+    keys each section it has lacks (`seg.grid`), in schema order."""
+    properties = schema["properties"]
+    missing = [name for name in schema["required"] if name not in config]
+    for name, section in properties.items():
+        if isinstance(config.get(name), Mapping):
+            if "$ref" in section:  # a study section: `#/$defs/<study>`
+                section = schema["$defs"][section["$ref"].rpartition("/")[2]]
+            missing += [
+                f"{name}.{key}" for key in section.get("required", []) if key not in config[name]
+            ]
+    return missing
+
+
+def check_complete(
+    config: Mapping[str, Any], schema: str | Path, files: Sequence[str | Path] = ()
+) -> None:
+    """Raise `IncompleteConfigError` if `config` lacks a required section or a section's
+    required key: a --configfile replaces config/config.yaml, so a file of a few overrides
+    stops here with one line naming what it lacks instead of a schema error."""
+    missing = missing_keys(config, load_schema(schema))
+    if missing:
+        raise IncompleteConfigError(missing, files)
+
+
+def check_config(
+    config: MutableMapping[str, Any], schema: str | Path, files: Sequence[str | Path] = ()
+) -> Grid:
     """Validate `config` in place (schema defaults filled, every mapping's keys sorted) and
-    return its expanded `Grid`."""
+    return its expanded `Grid`. `files`, the config files `config` was read from, only name
+    it in an error."""
+    check_complete(config, schema, files)
     _check_finite(config)  # the schema's bounds do not catch NaN (every comparison is false)
-    validate_schema(config, schema)
+    validate_schema(config, schema, files)
     sort_keys_in_place(config)
     grid = Grid(config)
     for name in STUDIES:
@@ -282,18 +364,26 @@ def config_files(module: str, doc: str | None, argv: Sequence[str] | None) -> li
     return files or [str(REPO / "config" / "config.yaml")]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Check the config that `--configfile FILE ...` gives (files merged in order, default
-    config/config.yaml): print the job counts and notes, or the error and return 1."""
+def checked_configs(
+    module: str, doc: str | None, argv: Sequence[str] | None
+) -> tuple[list[str], dict[str, Any], Grid]:
+    """(the files, the config, its `Grid`) of a `python -m <module> [FILE ...]` command line
+    (`config_files`), checked by `check_config`; a bad config exits with its error (status 1)."""
     from snakemake_interface_common.exceptions import WorkflowError
 
-    paths = config_files("dpmed.config.checks", __doc__, argv)
+    paths = config_files(module, doc, argv)
     try:
         config = load_configs(paths)
-        grid = check_config(config, REPO / "config" / "schema.yaml")
+        grid = check_config(config, REPO / "config" / "schema.yaml", paths)
     except (ValueError, WorkflowError) as err:  # ConfigError is a ValueError
-        print(err, file=sys.stderr)
-        return 1
+        sys.exit(str(err))
+    return paths, config, grid
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Check the config that `--configfile FILE ...` gives (files merged in order, default
+    config/config.yaml): print the job counts and notes, or the error and exit 1."""
+    paths, config, grid = checked_configs("dpmed.config.checks", __doc__, argv)
     counts = ", ".join(f"{name} {len(grid.jobs(name))} jobs" for name in STUDIES)
     counts += f", audit {len(audit_jobs(config, grid))} jobs"
     print(f"{' + '.join(paths)}: ok ({counts})")

@@ -8,7 +8,11 @@ and v7.3 files both work, see `dpmed.data.matfile`):
   IPL/INL, INL/OPL, OPL/ONL, ISM/ISE, OS/RPE, RPE/choroid per A-scan column; NaN where not
   annotated) and `manualFluid{g}` (H×W×B, fluid ids > 0 = fluid), g = cfg["grader"] (1 or 2).
 - umn: `UMNDataset.mat` with 1×n cell arrays `AllSubjects{i}` (H×W×B) and `ManualFluid{g}{i}`
-  (H×W×B, > 0 = fluid).
+  (H×W×B, > 0 = fluid). `AllSubjects` may hold one cell more than `ManualFluid{g}` (the
+  release: 30 against 29): cell i pairs with annotation i, as public loaders of the file read
+  it, and the last `AllSubjects` cell, which has no annotation, is dropped (reported on stdout
+  and in meta.json notes). The file names no subject, so nothing else tells which cell lacks
+  its annotation. Any other difference in length is an error.
 
 Sample selection and labels:
 
@@ -186,8 +190,41 @@ def _annotated_span(
     return first, last, span
 
 
-def load_umn(raw_dir: Path, grader: int) -> Iterator[BScan]:
-    """Validate `UMNDataset.mat` and yield every B-scan of every subject with its binary mask."""
+@dataclass(frozen=True)
+class UmnCells:
+    """The paired cells of `UMNDataset.mat`: `volumes[i]` with `fluids[i]` (subject i + 1), and
+    `dropped`, the 1-based `AllSubjects` cell left out for want of an annotation (or None)."""
+
+    path: Path
+    fluid_name: str
+    volumes: list
+    fluids: list
+    dropped: int | None
+
+    def bscans(self) -> Iterator[BScan]:
+        """Validate each pair and yield every B-scan of every subject with its binary mask."""
+        for i, (volume, fluid) in enumerate(zip(self.volumes, self.fluids, strict=True), start=1):
+            images = _uint8_volume(self.path, f"AllSubjects{{{i}}}", volume)
+            labels = _numeric(self.path, f"{self.fluid_name}{{{i}}}", fluid)
+            if labels.shape != images.shape:
+                raise DataFormatError(
+                    self.path,
+                    f"'{self.fluid_name}{{{i}}}' has shape {labels.shape}, expected "
+                    f"{images.shape} like 'AllSubjects{{{i}}}'",
+                )
+            masks = (np.nan_to_num(labels, nan=0.0) > 0).astype(np.uint8)
+            for b in range(images.shape[2]):
+                yield BScan(f"Subject_{i:02d}", b, images[:, :, b].copy(), masks[:, :, b].copy())
+
+
+def read_umn(raw_dir: Path, grader: int) -> UmnCells:
+    """Read `UMNDataset.mat` and pair `AllSubjects` with `ManualFluid{grader}` cell by cell.
+
+    Equal lengths pair every cell. One more `AllSubjects` cell than annotations (the release:
+    30 against 29) pairs the first n in order, as public loaders of the file do, and drops the
+    last, unannotated cell (module docstring); a line on stdout names the file and the cell.
+    Any other difference is a DataFormatError naming both counts.
+    """
     path = Path(raw_dir) / UMN_FILE
     fluid_name = f"ManualFluid{grader}"
     data = load_mat(path, ["AllSubjects", fluid_name])
@@ -195,26 +232,31 @@ def load_umn(raw_dir: Path, grader: int) -> Iterator[BScan]:
     for name, value in (("AllSubjects", volumes), (fluid_name, fluids)):
         if not isinstance(value, list):
             raise DataFormatError(path, f"'{name}' must be a cell array, got {_kind(value)}")
-    if len(volumes) != len(fluids):
+    if len(volumes) not in (len(fluids), len(fluids) + 1):
         raise DataFormatError(
             path,
             f"cell arrays 'AllSubjects' ({len(volumes)} cells) and '{fluid_name}' "
-            f"({len(fluids)} cells) have different lengths",
+            f"({len(fluids)} cells) have different lengths (at most one unannotated "
+            "'AllSubjects' cell, the last, is allowed)",
         )
-    if not volumes:
-        raise DataFormatError(path, "'AllSubjects' is an empty cell array")
-    for i, (volume, fluid) in enumerate(zip(volumes, fluids, strict=True), start=1):
-        images = _uint8_volume(path, f"AllSubjects{{{i}}}", volume)
-        labels = _numeric(path, f"{fluid_name}{{{i}}}", fluid)
-        if labels.shape != images.shape:
-            raise DataFormatError(
-                path,
-                f"'{fluid_name}{{{i}}}' has shape {labels.shape}, expected "
-                f"{images.shape} like 'AllSubjects{{{i}}}'",
-            )
-        masks = (np.nan_to_num(labels, nan=0.0) > 0).astype(np.uint8)
-        for b in range(images.shape[2]):
-            yield BScan(f"Subject_{i:02d}", b, images[:, :, b].copy(), masks[:, :, b].copy())
+    if not fluids:
+        raise DataFormatError(
+            path, f"'{fluid_name}' is an empty cell array ('AllSubjects' has {len(volumes)} cells)"
+        )
+    dropped = len(volumes) if len(volumes) > len(fluids) else None
+    if dropped is not None:
+        print(
+            f"[oct] {path}: 'AllSubjects' has {len(volumes)} cells, '{fluid_name}' "
+            f"{len(fluids)}; dropped the unannotated last cell AllSubjects{{{dropped}}} "
+            f"(Subject_{dropped:02d})",
+            flush=True,
+        )
+    return UmnCells(path, fluid_name, volumes[: len(fluids)], fluids, dropped)
+
+
+def load_umn(raw_dir: Path, grader: int) -> Iterator[BScan]:
+    """Validate `UMNDataset.mat` and yield every annotated subject's B-scans with their masks."""
+    yield from read_umn(raw_dir, grader).bscans()
 
 
 def load_bscans(raw_dir: Path, dataset: str, grader: int) -> Iterator[BScan]:
@@ -287,8 +329,10 @@ def preprocess(raw_dir: Path, out_dir: Path, dataset: str, cfg: dict) -> None:
     classes = classes_of(dataset)
     grader = _grader(cfg, dataset)
     size = (int(cfg["size"][0]), int(cfg["size"][1]))
+    umn = read_umn(Path(raw_dir), grader) if dataset == "umn" else None
+    samples = umn.bscans() if umn else load_bscans(Path(raw_dir), dataset, grader)
     by_subject: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = {}
-    for sample in load_bscans(Path(raw_dir), dataset, grader):
+    for sample in samples:
         image = np.clip(resize_image(sample.image, size) / np.float32(255.0), 0.0, 1.0)
         mask = resize_mask(sample.mask, size).astype(np.uint8)
         by_subject.setdefault(sample.subject, []).append((sample.bscan, image, mask))
@@ -326,7 +370,7 @@ def preprocess(raw_dir: Path, out_dir: Path, dataset: str, cfg: dict) -> None:
             "counts": counts,
             "splits": {split: list(splits.get(split, [])) for split in SPLITS},
             "source_files": source_files(raw_dir, dataset),
-            "notes": _notes(dataset, grader, size),
+            "notes": _notes(dataset, grader, size, umn.dropped if umn else None),
             "size": list(size),
             "grader": grader,
         },
@@ -340,8 +384,9 @@ def _stack(arrays: list[np.ndarray], size: tuple[int, int], dtype: type) -> np.n
     return np.stack(arrays).astype(dtype)
 
 
-def _notes(dataset: str, grader: int, size: tuple[int, int]) -> str:
-    """Human-readable record of the preprocessing choices written to meta.json."""
+def _notes(dataset: str, grader: int, size: tuple[int, int], dropped: int | None) -> str:
+    """Human-readable record of the preprocessing choices written to meta.json; `dropped` is
+    the unannotated UMN `AllSubjects` cell left out (1-based), if any."""
     resize = (
         f"Images resized to {size[0]}x{size[1]} (linear, /255 to [0,1]); masks by nearest "
         "neighbour. Subject-level split."
@@ -355,9 +400,15 @@ def _notes(dataset: str, grader: int, size: tuple[int, int]) -> str:
             "(background above ILM and below RPE/choroid); fluid > 0 -> class 8 everywhere. "
             + resize
         )
+    skipped = (
+        f"AllSubjects cell {dropped} has no ManualFluid{grader} cell (one more than the "
+        f"annotations): dropped; cells 1..{dropped - 1} paired with the annotations in order. "
+        if dropped
+        else ""
+    )
     return (
         f"Grader {grader} (ManualFluid{grader}). Every B-scan of every subject; mask 1 = fluid "
-        "(> 0), 0 = rest; subject i named Subject_{i:02d}. " + resize
+        "(> 0), 0 = rest; subject i named Subject_{i:02d}. " + skipped + resize
     )
 
 
