@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CORES  ?= 2
 
-.PHONY: demo test test-slurm install clean-demo slurm-profile preflight
+.PHONY: demo test test-slurm test-fl fl-openfl fl-flower install clean-demo slurm-profile preflight
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -45,6 +45,19 @@ preflight: $(STAMP)
 # (needs root: installs slurmctld, slurmd, slurm-client and munge from Debian if missing).
 test-slurm: $(STAMP)
 	tests/slurm/local_cluster.sh
+
+# The two federated methods in the FL engines sites deploy (docs/deploy.md), on the synthetic
+# data, every process on 127.0.0.1 and stopped by pid: DP-SimAgg as an OpenFL 1.9 federation
+# (an aggregator and 3 collaborator processes over gRPC), XCal-FL as a Flower app (a SuperLink
+# and 3 SuperNodes). test-fl checks both against the in-process simulation (pytest marker fl).
+fl-openfl: $(STAMP)
+	$(BIN)/python -m dpmed.fets.openfl_deploy --out results/fl/openfl
+
+fl-flower: $(STAMP)
+	$(BIN)/python -m dpmed.xcal.flower.deploy --out results/fl/flower
+
+test-fl: $(STAMP)
+	$(BIN)/python -m pytest -m fl
 
 # The SLURM site profile, installed where `snakemake --profile slurm` finds it
 # (~/.config/snakemake/slurm/; never overwritten). Optional: ACCOUNT=, CPU_PARTITION=, GPU_PARTITION=.

@@ -10,15 +10,16 @@ preflight shares (`dpmed.sizing`): Σ count × seconds of one unit over the job'
 seconds of a unit are its term's coefficient × the unit's work `size` (the preflight uses its
 measured seconds instead); the time features are therefore Σ count × size per term, plus a
 constant. The coefficients are fitted on peaks and times measured by running the real job
-scripts at several small sizes on CPU, and on the peaks and projected times a preflight
-measured at the paper's sizes (`bench/job_cost.py [--preflight DIR]`, which writes
-`job_cost.json` beside this module with the measured points): memory as the least upper
-envelope of the measured peaks (every one at or below its prediction, so each measured job's
-request is at least `MEM_MARGIN` × its peak), time by non-negative least squares. Memory has
-fitted terms (the interpreter and libraries, `const`; activations per model, `act_*`, and for
-seg what DP-SGD's per-sample gradients and adaptive DP-Morph hold beside them) and terms whose
-size is known exactly: `host` (the arrays a job holds, host-side model states) and `device`
-(weights, gradients, optimiser moments and DP-SGD's per-sample gradients).
+scripts at several small sizes on CPU, and on the peaks and projected times a preflight measured
+at the paper's sizes (`bench/job_cost.py [--preflight DIR]`, which writes `job_cost.json` beside
+this module with the measured points), and on the jobs of real SLURM runs (`bench/job_cost.py
+refit`, from the executor's efficiency reports: `dpmed.efficiency_report`): memory as the least
+upper envelope of the measured peaks (every one at or below its prediction, so each measured
+job's request is at least `MEM_MARGIN` × its peak), time by non-negative least squares. Memory
+has fitted terms (the interpreter and libraries, `const`; activations per model, `act_*`, and
+for seg what DP-SGD's per-sample gradients and adaptive DP-Morph hold beside them) and terms
+whose size is known exactly: `host` (the arrays a job holds, host-side model states) and
+`device` (weights, gradients, optimiser moments and DP-SGD's per-sample gradients).
 
 SLURM's `--mem` is host memory. A CPU job asks for all of it; a job that asks for a GPU keeps
 activations and gradients on the device, so it asks for the host part plus `CUDA_HOST_MB` for
@@ -121,10 +122,16 @@ class Cost:
     seconds: float
 
 
-def predict(rule: str, mem: Mapping[str, float], time: Mapping[str, float]) -> Cost:
-    """The fitted model's prediction. A feature the fit has no coefficient for (a model that
-    was not measured) takes the largest coefficient of its kind, so it is never priced at 0."""
-    fitted = coefficients()["rules"][rule]
+def predict(
+    rule: str,
+    mem: Mapping[str, float],
+    time: Mapping[str, float],
+    model: Mapping[str, Any] | None = None,
+) -> Cost:
+    """The prediction of the fitted `model` (default: `coefficients()`, the saved one). A
+    feature the fit has no coefficient for (a model that was not measured) takes the largest
+    coefficient of its kind, so it is never priced at 0."""
+    fitted = (model or coefficients())["rules"][rule]
 
     def coefficient(kind: str, name: str) -> float:
         coef = fitted[kind]

@@ -141,8 +141,8 @@ class DPSimAggFunction(ABC):
     """A FeTS-challenge aggregation function: reads and checks each round's inputs on its first
     call; `release` answers one tensor. `records` holds one privacy record per round."""
 
-    def __init__(self, cfg: ServerConfig, fetch: RoundFetcher) -> None:
-        self.cfg, self.fetch = cfg, fetch
+    def __init__(self, cfg: ServerConfig, fetch: RoundFetcher, first_round: int = 0) -> None:
+        self.cfg, self.fetch, self.first_round = cfg, fetch, first_round
         self.round: int | None = None
         self.weights: dict[str, float] = {}
         self.global_state: Tensors = {}
@@ -233,7 +233,7 @@ class _Paper(DPSimAggFunction):
             [np.asarray(states[t.col_name][tensor_name]) for t in local_tensors],
             [float(t.weight) for t in local_tensors],
             tensor_name, cfg.clip_norm, cfg.epsilon0, cfg.delta0,
-            noise_generator(cfg.seed, fl_round, tensor_name),
+            noise_generator(cfg.seed, fl_round + self.first_round, tensor_name),
         )  # fmt: skip
         check_model({tensor_name: out}, f"round {fl_round}: the aggregate")
         self.infos.append(info)
@@ -250,7 +250,9 @@ class _Sound(DPSimAggFunction):
 
     def start_round(self, fl_round: int) -> None:
         triples = [(c, self.local[c], w) for c, w in self.weights.items()]
-        self.result, mech = Server(self.cfg).aggregate(self.global_state, triples, fl_round)
+        self.result, mech = Server(self.cfg).aggregate(
+            self.global_state, triples, fl_round + self.first_round
+        )
         self._record(fl_round, mech)
 
     def release(self, local_tensors: Sequence[Any], tensor_name: str, fl_round: int) -> np.ndarray:
@@ -266,12 +268,16 @@ def fets_dp_simagg(
     seed: int | None = None,
     distance: str = "l2",
     fetch_round: RoundFetcher = openfl_fetch_round,
+    first_round: int = 0,
 ) -> DPSimAggFunction:
     """A FeTS-challenge aggregation function running DP-SimAgg in `mode` paper or sound; noise
-    from OS entropy unless `seed` is given (reproducible, not for deployment)."""
+    from OS entropy unless `seed` is given (reproducible, not for deployment). `first_round` is
+    the number the server gives OpenFL's round 0 in the seeded noise stream (and in sound
+    mode's screen messages): 1 numbers rounds as `dpmed.fets.run` does, so a seeded
+    federation draws the simulation's noise."""
     if mode not in AGGREGATORS["dp_simagg"].modes:
         known = ", ".join(AGGREGATORS["dp_simagg"].modes)
         raise ValueError(f"unknown DP-SimAgg mode '{mode}' (known: {known})")
     cfg = ServerConfig("dp_simagg", mode, epsilon0, delta0, clip_norm, distance, calibration,
                        seed)  # fmt: skip
-    return (_Sound if mode == "sound" else _Paper)(cfg, fetch_round)
+    return (_Sound if mode == "sound" else _Paper)(cfg, fetch_round, first_round)

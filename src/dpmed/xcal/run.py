@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -181,22 +182,39 @@ def build_federation(
     net, layer = initial_network(wc, arguments, device)
     wrapped = wrap_per_sample(net, net.grad_sample_mode) if method.dp else None
     clients = [
-        Client(
-            k,
-            to_tensor(images, device),
-            torch.from_numpy(labels).to(device),
-            method,
-            params,
-            eps,
-            client_seeds(job, k),
-            layer,
-            planned_rounds=sum(k in sampled for sampled in schedule),
-        )
+        build_client(job, k, images, labels, method, layer, schedule, device)
         for k, (images, labels) in enumerate(parts)
     ]
     evaluated = wrapped if wrapped is not None else net
     evaluation = build_evaluation(job, evaluated, layer, arguments["n_classes"], device)
     return Federation(net, wrapped, clients, evaluation, method, arguments, schedule)
+
+
+def build_client(
+    job: JobContext,
+    k: int,
+    images: np.ndarray,
+    labels: np.ndarray,
+    method: Method,
+    layer: str,
+    schedule: list[list[int]],
+    device: torch.device,
+    seeds: ClientSeeds | None = None,
+) -> Client:
+    """Client k of the job on `images` (uint8 N, H, W, C) and `labels`, calibrated to the
+    rounds `schedule` samples it in; `seeds` replaces `client_seeds(job, k)` (a deployed client
+    draws its own, `dpmed.xcal.flower`)."""
+    return Client(
+        k,
+        to_tensor(images, device),
+        torch.from_numpy(labels).to(device),
+        method,
+        job.params,
+        parse_eps(job.wildcards["eps"]),
+        client_seeds(job, k) if seeds is None else seeds,
+        layer,
+        planned_rounds=sum(k in sampled for sampled in schedule),
+    )
 
 
 def client_seeds(job: JobContext, k: int) -> ClientSeeds:
@@ -318,14 +336,24 @@ def fedavg(updates: list[ClientUpdate]) -> dict[str, torch.Tensor]:
     }
 
 
-def train_round(fed: Federation, history: History, road_due: bool) -> dict[str, float]:
+def train_round(
+    fed: Federation,
+    history: History,
+    road_due: bool,
+    remote: Callable[[list[Client], dict], list[ClientUpdate]] | None = None,
+) -> dict[str, float]:
     """One round: local training of the sampled clients, FedAvg of their updates, evaluation;
     appends the round's row to `history` and returns the scores for the progress line. The
     row's ε is the maximum over all clients of what each spent so far (a client not sampled
-    this round spent nothing in it)."""
+    this round spent nothing in it). `remote(sampled, global_state)`, when given, trains the
+    sampled clients elsewhere (a deployed federation, `dpmed.xcal.flower`) and returns the
+    updates that arrived, in client order."""
     t0 = time.perf_counter()
     sampled = [fed.clients[k] for k in fed.schedule[history.rounds_done]]
-    updates = [c.train_round(fed.net, fed.wrapped, history.global_state) for c in sampled]
+    if remote is None:
+        updates = [c.train_round(fed.net, fed.wrapped, history.global_state) for c in sampled]
+    else:
+        updates = remote(sampled, history.global_state)
     history.global_state = fedavg(updates)
     fed.net.load_state_dict(history.global_state)
     scores = fed.evaluation.scores()

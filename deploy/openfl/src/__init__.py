@@ -1,0 +1,1 @@
+"""The workspace's code: `src.fets` names the plan's templates."""

@@ -1,0 +1,212 @@
+"""Start, watch and stop the processes of a local federation (an FL engine's server and
+client daemons on 127.0.0.1), by pid, on free ports.
+
+Used by the deployment launchers of the federated studies (Flower's SuperLink/SuperNodes,
+OpenFL's aggregator/collaborators). Each process runs in its own session (process group) with
+stdout and stderr going to one log file, so a stop reaches the children it spawned and a
+failure can be read back from the log.
+
+API:
+    free_port() -> int                        a TCP port on 127.0.0.1 free right now
+    start(name, cmd, log_path, env, cwd) -> Process
+    wait_for_port(port, timeout, procs)       until something listens on 127.0.0.1:port
+    wait_for_line(proc, pattern, timeout)     until the process's log has a line matching pattern
+    stop(procs, grace)                        SIGTERM each group, then SIGKILL after `grace` s
+    kill(proc)                                SIGKILL one group at once (a crash)
+    group_alive(proc) -> bool                 whether any process of its group still exists
+    process_table(procs) -> list[dict]        name, pid, ports, command: the run's record
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class FederationProcessError(RuntimeError):
+    """A federation process died or did not become ready in time (the message cites its log)."""
+
+
+@dataclass
+class Process:
+    """A started daemon: its name in the run's record, the Popen handle, its log and ports."""
+
+    name: str
+    cmd: list[str]
+    log_path: Path
+    popen: subprocess.Popen
+    ports: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_tail(self, chars: int = 2000) -> str:
+        """The last `chars` characters of the log (what to show when it failed)."""
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return text[-chars:]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (bind port 0, read it back).
+
+    The port is released before the caller binds it, so another program could take it in
+    between; on a test machine that window is small enough to accept.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start(
+    name: str,
+    cmd: Sequence[str],
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    ports: Mapping[str, int] | None = None,
+) -> Process:
+    """Start `cmd` in a new session, stdout+stderr appended to `log_path`; `env` is added to
+    the current environment; `ports` (role -> port) is only recorded."""
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    full_env = {**os.environ, **(env or {})}
+    with open(log_path, "ab") as log:
+        popen = subprocess.Popen(
+            list(cmd),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=full_env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    return Process(name, list(cmd), log_path, popen, dict(ports or {}))
+
+
+def _check_alive(procs: Iterable[Process]) -> None:
+    for proc in procs:
+        if not proc.alive():
+            raise FederationProcessError(
+                f"{proc.name} (pid {proc.pid}) exited with code {proc.popen.returncode}; "
+                f"log {proc.log_path}:\n{proc.log_tail()}"
+            )
+
+
+def wait_for_port(
+    port: int, timeout: float = 60.0, procs: Iterable[Process] = (), host: str = "127.0.0.1"
+) -> None:
+    """Return once a TCP connect to host:port succeeds; raise if `timeout` s pass first or one
+    of `procs` (the processes that should open it) exits."""
+    procs = list(procs)
+    deadline = time.monotonic() + timeout
+    while True:
+        _check_alive(procs)
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise FederationProcessError(f"nothing listens on {host}:{port} after {timeout} s")
+        time.sleep(0.1)
+
+
+def wait_for_line(proc: Process, pattern: str, timeout: float = 60.0) -> re.Match:
+    """Return the first match of regex `pattern` in the process's log, waiting up to `timeout`
+    s; raise if the process exits without writing it."""
+    regex = re.compile(pattern)
+    deadline = time.monotonic() + timeout
+    while True:
+        text = proc.log_path.read_text(errors="replace") if proc.log_path.exists() else ""
+        match = regex.search(text)
+        if match:
+            return match
+        if not proc.alive():
+            _check_alive([proc])
+        if time.monotonic() > deadline:
+            raise FederationProcessError(
+                f"{proc.name} wrote no line matching {pattern!r} in {timeout} s; "
+                f"log {proc.log_path}:\n{proc.log_tail()}"
+            )
+        time.sleep(0.1)
+
+
+def _signal_group(proc: Process, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)  # the session started for it: pgid == its pid
+    except ProcessLookupError:
+        pass
+
+
+def group_alive(proc: Process) -> bool:
+    """Whether any process of `proc`'s process group still exists (a zombie counts)."""
+    try:
+        os.killpg(proc.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _wait_gone(procs: Iterable[Process], timeout: float) -> None:
+    """Reap the leaders and wait until their groups are empty (orphaned children are reaped
+    by init, asynchronously); raise if a group outlives `timeout` s."""
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        if proc.alive():
+            proc.popen.wait()
+        while group_alive(proc):
+            if time.monotonic() > deadline:
+                raise FederationProcessError(f"process group {proc.pid} ({proc.name}) survives")
+            time.sleep(0.05)
+
+
+def stop(procs: Iterable[Process], grace: float = 5.0) -> None:
+    """Stop each process and its children: SIGTERM to its process group, wait up to `grace` s,
+    then SIGKILL to whatever is left, and wait until every group is gone. Safe on processes
+    already gone."""
+    procs = list(procs)
+    for proc in procs:
+        if proc.alive():
+            _signal_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for proc in procs:
+        _signal_group(proc, signal.SIGKILL)  # children may outlive a leader that exited
+    _wait_gone(procs, grace)
+
+
+def kill(proc: Process) -> None:
+    """SIGKILL one process group at once (a crash, as a test simulates one); returns when the
+    group is gone."""
+    _signal_group(proc, signal.SIGKILL)
+    _wait_gone([proc], 10.0)
+
+
+def process_table(procs: Iterable[Process]) -> list[dict]:
+    """The run's record of its processes: name, pid, ports, command line, log, exit code."""
+    return [
+        {
+            "name": p.name,
+            "pid": p.pid,
+            "ports": dict(p.ports),
+            "command": " ".join(p.cmd),
+            "log": str(p.log_path),
+            "returncode": p.popen.poll(),
+        }
+        for p in procs
+    ]

@@ -1,0 +1,236 @@
+"""The OpenFL 1.9 plan components of dpmed's FeTS federation (workspace template
+deploy/openfl/, launcher `dpmed.fets.openfl_deploy`).
+
+- `FetsDataLoader`: one site's processed FeTS folder (`dpmed.data.fets` format, exactly one
+  partition in its splits.csv); `data_path` None when `fx plan initialize` builds the model.
+- `FetsTaskRunner`: the 3D ResUNet and dpmed's local training and validation
+  (`dpmed.fets.collaborator.Collaborator`); the initial weights come from `init_seed` and the
+  round's training from `stable_seed("fets-local", local_seed, round + 1, name)`, as in
+  `dpmed.fets.run.build_federation` / `aggregate_round` (OpenFL counts rounds from 0, the
+  simulation from 1).
+- `FetsAssigner`: every collaborator validates the global model each round, the chosen ones
+  (dpmed's selection schedule, `dpmed.fets.selection`) also train.
+- `DPSimAggregation`: `fets_dp_simagg` as a privileged OpenFL aggregation function; after each
+  round it appends the round's privacy record to `<output_dir>/dp_rounds.jsonl` and writes the
+  released global model to `<output_dir>/released_model.npz` (OpenFL's last.pbuf holds the
+  model a round started from, never the final aggregate).
+
+Collaborator names are the FeTS partition ids ("1", "2", ...): the schedule is drawn over them
+and each collaborator's training seed includes its name, as in the simulation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from openfl.component.assigner.assigner import Assigner
+from openfl.federated.data.loader import DataLoader
+from openfl.federated.task.runner import TaskRunner
+from openfl.interface.aggregation_functions.experimental import PrivilegedAggregationFunction
+from openfl.utilities import TensorKey
+
+from dpmed.data import fets
+from dpmed.fets import selection
+from dpmed.fets.brats import LABEL_VALUES
+from dpmed.fets.collaborator import Collaborator, LocalTraining, load_numpy_state, state_to_numpy
+from dpmed.fets.openfl_adapter import fets_dp_simagg
+from dpmed.fets.run import MODEL
+from dpmed.models import build_model
+from dpmed.runtime import seed_everything, select_device
+from dpmed.seeding import stable_seed
+
+TRAIN, VALIDATE = "train", "aggregated_model_validation"
+RECORDS, RELEASED = "dp_rounds.jsonl", "released_model.npz"
+
+
+class FetsDataLoader(DataLoader):
+    """One site's processed FeTS data: `data_path` holds splits.csv (one partition) and
+    subjects/; None builds an empty loader (`fx plan initialize` needs only the model)."""
+
+    def __init__(self, data_path: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.data_path = None if data_path is None else Path(data_path)
+        self.site: fets.Collaborator | None = None
+        if self.data_path is not None:
+            sites = fets.collaborators(self.data_path)
+            if len(sites) != 1:
+                ids = [s.partition_id for s in sites]
+                raise ValueError(f"{self.data_path}: splits.csv holds partitions {ids}, expected "
+                                 "one (a site's folder holds its own subjects only)")  # fmt: skip
+            self.site = sites[0]
+
+    def get_feature_shape(self) -> tuple[int, ...]:
+        return (len(fets.MODALITIES),)
+
+    def get_train_data_size(self) -> int:
+        return 0 if self.site is None else len(self.site.train)
+
+    def get_valid_data_size(self) -> int:
+        return 0 if self.site is None else len(self.site.val)
+
+
+class FetsTaskRunner(TaskRunner):
+    """dpmed's FeTS collaborator as an OpenFL TaskRunner (tasks `train_task`,
+    `validate_task`); the optimizer is fresh every round (OpenFL's RESET treatment)."""
+
+    def __init__(
+        self,
+        data_loader: FetsDataLoader,
+        base_filters: int,
+        depth: int,
+        norm: str,
+        local_epochs: float,
+        lr: float,
+        batch_size: int,
+        patch_size: Sequence[int],
+        patches_per_subject: int,
+        hd95: bool,
+        init_seed: int,
+        local_seed: int,
+        threads: int = 1,
+        device: str = "cpu",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(data_loader, **kwargs)
+        seed_everything(local_seed, threads)  # deterministic kernels, the simulation's threads
+        self.local_seed, self.device = int(local_seed), select_device(device)
+        arguments = {"in_channels": len(fets.MODALITIES), "n_classes": len(LABEL_VALUES),
+                     "base_filters": int(base_filters), "depth": int(depth),
+                     "norm": norm}  # fmt: skip
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(init_seed))
+            self.model = build_model(MODEL, **arguments)
+        self.names = list(self.model.state_dict())
+        training = LocalTraining(float(local_epochs), float(lr), int(batch_size),
+                                 tuple(int(p) for p in patch_size), int(patches_per_subject),
+                                 bool(hd95))  # fmt: skip
+        site = data_loader.site if data_loader is not None else None
+        self.collaborator = None if site is None else Collaborator(
+            str(site.partition_id), data_loader.data_path, site.train, site.val, training,
+            build_model(MODEL, **arguments).to(self.device), self.device,
+        )  # fmt: skip
+
+    def initialize_tensorkeys_for_functions(self, with_opt_vars: bool = False) -> None:
+        """Nothing to precompute: both tasks need the whole global model, no optimizer state."""
+
+    def get_required_tensorkeys_for_function(self, func_name: str, **kwargs: Any) -> list:
+        return [TensorKey(name, "GLOBAL", 0, False, ("model",)) for name in self.names]
+
+    def get_tensor_dict(self, with_opt_vars: bool = False) -> dict[str, np.ndarray]:
+        return state_to_numpy(self.model)
+
+    def set_tensor_dict(self, tensor_dict: dict, with_opt_vars: bool = False) -> None:
+        load_numpy_state(self.model, tensor_dict)
+
+    def _site(self) -> Collaborator:
+        if self.collaborator is None:
+            raise RuntimeError("this task runner has no data (data_path None)")
+        return self.collaborator
+
+    def train_task(
+        self, col_name: str, round_num: int, input_tensor_dict: dict, **kwargs: Any
+    ) -> tuple[dict, dict]:
+        """Local training from the round's global model; sends every tensor, tag 'trained'."""
+        seed = stable_seed("fets-local", self.local_seed, round_num + 1, col_name)
+        state, _ = self._site().train(input_tensor_dict, seed)
+        self.set_tensor_dict(state)
+        trained = {TensorKey(n, col_name, round_num, False, ("trained",)): state[n]
+                   for n in self.names}  # fmt: skip
+        return trained, {}
+
+    def validate_task(
+        self, col_name: str, round_num: int, input_tensor_dict: dict, **kwargs: Any
+    ) -> tuple[dict, dict]:
+        """Mean Dice over the labels on this site's validation subjects (a metric, no noise)."""
+        scores = self._site().validate(input_tensor_dict)
+        dice = np.mean([[s[f"dice_label{v}"] for v in LABEL_VALUES] for s in scores])
+        key = TensorKey("dice_mean_labels", col_name, round_num, True, ("metric", "validate_agg"))
+        return {key: np.array(dice)}, {}
+
+
+class FetsAssigner(Assigner):
+    """All collaborators validate each round; the round's chosen ones (dpmed's schedule over the
+    partition ids, `selection.schedule(ids, participation, rounds, strategy, schedule_seed)`)
+    also train, in the schedule's order (the order OpenFL passes them to the aggregation)."""
+
+    def __init__(
+        self,
+        tasks: dict,
+        authorized_cols: list[str],
+        rounds_to_train: int,
+        participation: float,
+        selection_strategy: str,
+        schedule_seed: int,
+        **kwargs: Any,
+    ) -> None:
+        self.participation, self.strategy = float(participation), selection_strategy
+        self.schedule_seed = int(schedule_seed)
+        super().__init__(tasks, [str(c) for c in authorized_cols], rounds_to_train, **kwargs)
+
+    def define_task_assignments(self) -> None:
+        if not all(c.isdigit() for c in self.authorized_cols):
+            raise ValueError(f"collaborator names {self.authorized_cols} must be the FeTS "
+                             "partition ids (the schedule is drawn over them)")  # fmt: skip
+        ids = sorted(int(c) for c in self.authorized_cols)
+        choices = selection.schedule(ids, self.participation, self.rounds, self.strategy,
+                                     self.schedule_seed)  # fmt: skip
+        self.chosen = [[str(c) for c in choice.collaborators] for choice in choices]
+        self.everyone = [str(c) for c in ids]
+        self.all_tasks_in_groups = [VALIDATE, TRAIN]
+
+    def get_tasks_for_collaborator(self, collaborator_name: str, round_number: int) -> list[str]:
+        return [VALIDATE, TRAIN] if collaborator_name in self.chosen[round_number] else [VALIDATE]
+
+    def get_collaborators_for_task(self, task_name: str, round_number: int) -> list[str]:
+        return list(self.chosen[round_number]) if task_name == TRAIN else list(self.everyone)
+
+
+class DPSimAggregation(PrivilegedAggregationFunction):
+    """`fets_dp_simagg(epsilon0, delta0, clip_norm, mode, calibration, seed, distance,
+    first_round=1)` for OpenFL's plan; `seed` None (a deployment) draws the noise from OS
+    entropy. Writes each released round to `output_dir` (module docstring)."""
+
+    def __init__(
+        self,
+        epsilon0: float,
+        delta0: float,
+        clip_norm: float,
+        mode: str = "sound",
+        calibration: str = "analytic",
+        distance: str = "l2",
+        seed: int | None = None,
+        output_dir: str = "save",
+    ) -> None:
+        super().__init__()
+        self.func = fets_dp_simagg(float(epsilon0), float(delta0), float(clip_norm), mode,
+                                   calibration, seed, distance, first_round=1)  # fmt: skip
+        self.output = Path(output_dir)
+        self.round: int | None = None
+        self.released: dict[str, np.ndarray] = {}
+
+    def call(
+        self, local_tensors: list, tensor_db: Any, tensor_name: str, fl_round: int, tags: tuple
+    ) -> np.ndarray:
+        out = self.func(local_tensors, tensor_db, tensor_name, fl_round)
+        if self.round != fl_round:
+            self.round, self.released = fl_round, {}
+        self.released[tensor_name] = out
+        if set(self.released) == set(self.func.global_state):
+            self._write_round()
+        return out
+
+    def _write_round(self) -> None:
+        """The round is released: its model (atomically replaced) and its privacy record."""
+        self.output.mkdir(parents=True, exist_ok=True)
+        partial = self.output / f".{RELEASED}"
+        with open(partial, "wb") as handle:
+            np.savez(handle, **self.released)
+        os.replace(partial, self.output / RELEASED)
+        with open(self.output / RECORDS, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(self.func.records[-1], default=float) + "\n")

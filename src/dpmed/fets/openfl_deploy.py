@@ -1,0 +1,350 @@
+"""DP-SimAgg in a real OpenFL 1.9 federation on one machine: an aggregator process and one
+collaborator process per FeTS partition, over gRPC on 127.0.0.1 (TLS off), started with
+OpenFL's own `fx` commands from the workspace template deploy/openfl/.
+
+    python -m dpmed.fets.openfl_deploy --out DIR [--processed PROC] [--partitions 1,2,3]
+        [--config config/smoke.yaml] [--set rounds=2 ...] [--dpmode sound --eps 1]
+        [--seeded-noise] [--timeout 600]
+
+Steps: each partition's subjects become a site folder (DIR/sites/<id>: its splits.csv rows,
+subjects/ linked), the workspace is copied to DIR/workspace and its plan filled with the fets
+job's parameters, common seeds and a free port; `fx plan initialize` writes the initial model
+(seeded as the simulation's), then `fx aggregator start` and `fx collaborator start -n <id>`
+run until the aggregator ends. A collaborator that dies stops the federation with an error
+(OpenFL 1.9's default WaitForAllPolicy waits for every collaborator of a round forever), and
+so does the timeout; every process is stopped by pid (`dpmed.federation_processes`).
+
+Outputs in DIR: processes.json (name, pid, ports, command, log, exit code of every process),
+logs/, model.pt (the last released global model, `dpmed.models.save_model`), privacy.json
+(dpmed's fets record over the released rounds, `dpmed.fets.privacy.privacy_record`, plus
+`extra.deployment`: engine, rounds planned, released and not released, status) and
+federation.json (status, error, wall seconds). Rounds count from 1 as in `dpmed.fets.run`
+(OpenFL's round r is round r + 1 here).
+
+`--seeded-noise` seeds the server's noise with the job seed, as the simulation does, so the
+federation reproduces `dpmed.fets.run` (tests); without it the noise comes from OS entropy, as
+a deployment must (anyone who knows the seed can subtract the noise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from dpmed import federation_processes as fp
+from dpmed.config.checks import REPO, load_configs
+from dpmed.config.grid import common_seed, job_seed
+from dpmed.config.wildcards import parse_eps
+from dpmed.data import fets
+from dpmed.data.synthetic import fets as synthetic_fets
+from dpmed.fets import privacy
+from dpmed.fets.brats import LABEL_VALUES
+from dpmed.fets.grid import aggregator_name
+from dpmed.fets.server import ServerConfig
+from dpmed.io import write_csv, write_json
+
+TEMPLATE = REPO / "deploy" / "openfl"
+ENGINE = "OpenFL 1.9 (TaskRunner API, gRPC)"
+TASK_RUNNER_KEYS = ("base_filters", "depth", "norm", "local_epochs", "lr", "batch_size",
+                    "patch_size", "patches_per_subject", "hd95")  # fmt: skip
+RECORDS, RELEASED = "dp_rounds.jsonl", "released_model.npz"  # openfl_components' outputs
+OUTPUTS = ("workspace", "logs", "model.pt", "privacy.json", "federation.json", "processes.json")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a federation ended: status `complete` or `failed`, the error, rounds released."""
+
+    status: str
+    error: str
+    rounds: int
+    released: int
+    wall_s: float
+
+
+def subset_folder(processed: Path, folder: Path, partitions: Sequence[int]) -> Path:
+    """A processed folder holding only `partitions`: their splits.csv rows and links to their
+    subjects (one partition: what a hospital holds; all of them: the simulation's data)."""
+    frame = fets.read_splits(processed)
+    rows = frame[frame["partition_id"].isin(list(partitions))].reset_index(drop=True)
+    missing = sorted(set(partitions) - set(rows["partition_id"]))
+    if missing:
+        raise ValueError(f"{processed}: no partitions {missing} in splits.csv")
+    (folder / "subjects").mkdir(parents=True, exist_ok=True)
+    write_csv(folder / "splits.csv", rows)
+    for sid in rows["subject_id"]:
+        for kind in ("image", "label"):
+            link = folder / "subjects" / f"{sid}.{kind}.npy"
+            if not link.exists():
+                link.symlink_to((processed / "subjects" / link.name).resolve())
+    return folder.resolve()
+
+
+def site_folders(processed: Path, root: Path, partitions: Sequence[int]) -> dict[str, Path]:
+    """One folder per partition under `root`, named by its id: {collaborator: folder}."""
+    return {str(p): subset_folder(processed, root / str(p), [p]) for p in partitions}
+
+
+def server_config(params: Mapping[str, Any], wildcards: Mapping[str, str],
+                  noise_seed: int | None) -> ServerConfig:  # fmt: skip
+    """The aggregator's settings, as `dpmed.fets.run.server_config` builds them."""
+    eps0 = parse_eps(wildcards["eps"])
+    return ServerConfig(
+        aggregator=aggregator_name(wildcards["aggregator"]),
+        dpmode=wildcards["dpmode"],
+        epsilon0=None if math.isinf(eps0) else float(eps0),
+        delta0=float(params["delta"]),
+        clip_norm=float(params["clip_norm"]),
+        simagg_distance=params["simagg_distance"],
+        sound_calibration=params["sound_calibration"],
+        seed=noise_seed,
+    )
+
+
+def fill_plan(plan: dict, params: Mapping[str, Any], wildcards: Mapping[str, str],
+              cfg: ServerConfig, port: int) -> dict:  # fmt: skip
+    """The template plan with the job's rounds, training parameters, common seeds (init,
+    local, schedule), DP settings and the aggregator's port."""
+    if cfg.aggregator != "dp_simagg" or cfg.epsilon0 is None:
+        raise ValueError("the OpenFL deployment runs DP-SimAgg (aggregator dp_simagg, a DP "
+                         f"mode and a finite eps0), not {cfg.aggregator}/{cfg.dpmode}")  # fmt: skip
+    plan["aggregator"]["settings"]["rounds_to_train"] = int(params["rounds"])
+    runner = plan["task_runner"]["settings"]
+    runner.update({key: params[key] for key in TASK_RUNNER_KEYS})
+    runner["patch_size"] = [int(p) for p in params["patch_size"]]
+    runner["init_seed"] = common_seed("fets", wildcards, "init")
+    runner["local_seed"] = common_seed("fets", wildcards, "local")
+    plan["network"]["settings"]["agg_port"] = port
+    plan["assigner"]["settings"].update(
+        participation=float(params["participation"]), selection_strategy=params["selection"],
+        schedule_seed=common_seed("fets", wildcards, "schedule"),
+    )  # fmt: skip
+    plan["tasks"]["train"]["aggregation_type"]["settings"].update(
+        epsilon0=cfg.epsilon0, delta0=cfg.delta0, clip_norm=cfg.clip_norm, mode=cfg.dpmode,
+        calibration=cfg.sound_calibration, distance=cfg.simagg_distance, seed=cfg.seed,
+    )  # fmt: skip
+    return plan
+
+
+def make_workspace(workspace: Path, template: Path, plan: dict, sites: Mapping[str, Path]) -> None:
+    """Copy the template, write the filled plan, plan/cols.yaml (the authorized collaborators)
+    and plan/data.yaml (`collaborator,data folder` lines, OpenFL's format)."""
+    shutil.copytree(template, workspace, ignore=shutil.ignore_patterns("__pycache__"))
+    (workspace / "save").mkdir(exist_ok=True)
+    (workspace / "plan" / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
+    cols = yaml.safe_dump({"collaborators": list(sites)}, default_style=None)
+    (workspace / "plan" / "cols.yaml").write_text(cols)
+    (workspace / "plan" / "data.yaml").write_text("".join(f"{c},{p}\n" for c, p in sites.items()))
+
+
+def fx_command(*args: str) -> list[str]:
+    """OpenFL's `fx` of this Python environment."""
+    return [str(Path(sys.executable).with_name("fx")), *args]
+
+
+def run_federation(workspace: Path, out: Path, collaborators: Sequence[str], port: int,
+                   timeout: float) -> tuple[list[fp.Process], str]:  # fmt: skip
+    """Start the aggregator and the collaborators, wait until the aggregator ends, a process
+    fails or `timeout` s pass; stop everything by pid. Returns (processes, error or '')."""
+    logs, procs, error = out / "logs", [], ""
+    deadline = time.monotonic() + timeout
+    try:
+        init = fp.start("plan-initialize", fx_command("plan", "initialize"),
+                        logs / "plan_initialize.log", cwd=workspace)  # fmt: skip
+        procs.append(init)
+        while init.alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if init.popen.poll() != 0:
+            return procs, f"fx plan initialize failed; log {init.log_path}:\n{init.log_tail()}"
+        agg = fp.start("aggregator", fx_command("aggregator", "start"), logs / "aggregator.log",
+                       cwd=workspace, ports={"grpc": port})  # fmt: skip
+        procs.append(agg)
+        fp.wait_for_port(port, max(1.0, deadline - time.monotonic()), [agg])
+        cols = [fp.start(f"collaborator-{c}", fx_command("collaborator", "start", "-n", c),
+                         logs / f"collaborator_{c}.log", cwd=workspace)
+                for c in collaborators]  # fmt: skip
+        procs += cols
+        write_json(out / "processes.json", fp.process_table(procs))
+        error = watch(agg, cols, deadline)
+    except fp.FederationProcessError as err:
+        error = str(err)
+    finally:
+        fp.stop(procs)
+    return procs, error
+
+
+def watch(agg: fp.Process, cols: Sequence[fp.Process], deadline: float) -> str:
+    """Wait for the aggregator to end; '' when it ended well and every collaborator quit
+    cleanly, else the error (a collaborator that died, the aggregator's failure, a timeout)."""
+    while agg.alive():
+        for col in cols:
+            code = col.popen.poll()
+            if code not in (None, 0):
+                return (f"{col.name} (pid {col.pid}) died with exit code {code} while the "
+                        "aggregator was running; OpenFL 1.9's aggregator waits for every "
+                        "collaborator of a round (WaitForAllPolicy), so the federation was "
+                        f"stopped. Its log {col.log_path}:\n{col.log_tail(800)}")  # fmt: skip
+        if time.monotonic() > deadline:
+            return "the federation did not end before the timeout; stopped"
+        time.sleep(0.2)
+    if agg.popen.returncode != 0:
+        return f"the aggregator exited with code {agg.popen.returncode}:\n{agg.log_tail()}"
+    for col in cols:  # told to quit: they leave within a poll interval
+        while col.alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if col.popen.poll() != 0:
+            return f"{col.name} did not quit cleanly:\n{col.log_tail()}"
+    return ""
+
+
+def read_records(save: Path) -> list[dict[str, Any]]:
+    """The privacy records of the released rounds, in order (one line per round)."""
+    path = save / RECORDS
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def write_outputs(out: Path, workspace: Path, params: Mapping[str, Any], cfg: ServerConfig,
+                  outcome: Outcome) -> None:  # fmt: skip
+    """model.pt, privacy.json and federation.json of the run (module docstring)."""
+    from dpmed.fets.collaborator import load_numpy_state  # torch: only once a federation ran
+    from dpmed.fets.run import MODEL
+    from dpmed.models import build_model, save_model
+
+    save = workspace / "save"
+    records = read_records(save)
+    planned = list(range(1, outcome.rounds + 1))
+    released = [int(r["round"]) + 1 for r in records]
+    deployment = {"engine": ENGINE, "status": outcome.status, "rounds_planned": outcome.rounds,
+                  "released_rounds": released,
+                  "not_released_rounds": [r for r in planned if r not in released]}  # fmt: skip
+    if records:
+        last = records[-1]
+        rejected = sum(int(r["rejected"]) for r in records)
+        record = privacy.privacy_record(cfg, len(records), last, rejected)
+        record.extra["deployment"] = deployment
+        record.write(out / "privacy.json", "fets")
+        arguments = {"in_channels": len(fets.MODALITIES), "n_classes": len(LABEL_VALUES),
+                     "base_filters": int(params["base_filters"]), "depth": int(params["depth"]),
+                     "norm": params["norm"]}  # fmt: skip
+        net = build_model(MODEL, **arguments)
+        with np.load(save / RELEASED) as state:
+            load_numpy_state(net, {name: state[name] for name in state.files})
+        save_model(out / "model.pt", MODEL, arguments, net)
+    write_json(out / "federation.json", {**asdict(outcome), **deployment})
+
+
+def prepare_data(out: Path, config: Mapping[str, Any], processed: Path | None) -> Path:
+    """The processed FeTS folder: `processed`, or the config's synthetic FeTS data generated
+    and preprocessed under DIR/data."""
+    if processed is not None:
+        return processed
+    data_cfg = config["data"]["fets"]
+    raw, done = out / "data" / "raw", out / "data" / "processed"
+    synthetic_fets.generate(raw, "fets", data_cfg, seed=int(data_cfg["synthetic"]["seed"]))
+    fets.preprocess(raw, done, "fets", data_cfg)
+    return done
+
+
+def deploy(
+    out: Path,
+    processed: Path,
+    params: Mapping[str, Any],
+    wildcards: Mapping[str, str],
+    partitions: Sequence[int],
+    seeded_noise: bool = False,
+    timeout: float = 600.0,
+    template: Path = TEMPLATE,
+) -> Outcome:
+    """Run one federation (module docstring); raises `FederationProcessError` after writing
+    the outputs when it failed."""
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in (out / name for name in OUTPUTS):  # a previous run's, in this folder
+        if stale.is_dir():
+            shutil.rmtree(stale)
+        else:
+            stale.unlink(missing_ok=True)
+    cfg = server_config(params, wildcards, job_seed("fets", wildcards) if seeded_noise else None)
+    sites = site_folders(Path(processed), out / "sites", partitions)
+    port = fp.free_port()
+    plan = fill_plan(yaml.safe_load((template / "plan" / "plan.yaml").read_text()), params,
+                     wildcards, cfg, port)  # fmt: skip
+    workspace = out / "workspace"
+    make_workspace(workspace, template, plan, sites)
+    start = time.monotonic()
+    procs, error = run_federation(workspace, out, list(sites), port, timeout)
+    write_json(out / "processes.json", fp.process_table(procs))
+    released = len(read_records(workspace / "save"))
+    outcome = Outcome("failed" if error else "complete", error, int(params["rounds"]), released,
+                      time.monotonic() - start)  # fmt: skip
+    write_outputs(out, workspace, params, cfg, outcome)
+    if error:
+        raise fp.FederationProcessError(error)
+    return outcome
+
+
+def _value(text: str) -> tuple[str, Any]:
+    key, _, value = text.partition("=")
+    if not value:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, yaml.safe_load(value)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m dpmed.fets.openfl_deploy",
+        description="Run DP-SimAgg in a local OpenFL 1.9 federation (aggregator + one "
+        "collaborator process per FeTS partition, gRPC on 127.0.0.1, TLS off).",
+    )
+    parser.add_argument("--out", type=Path, required=True, help="output folder")
+    parser.add_argument("--processed", type=Path, help="processed FeTS folder (default: the "
+                        "config's synthetic FeTS data, generated under OUT/data)")  # fmt: skip
+    parser.add_argument("--partitions", default="1,2,3", help="partition ids, one site each")
+    parser.add_argument("--config", type=Path, default=REPO / "config" / "smoke.yaml",
+                        help="dpmed config: fets.defaults and data.fets")  # fmt: skip
+    parser.add_argument("--set", type=_value, action="append", default=[], metavar="KEY=VALUE",
+                        help="override a fets parameter, e.g. rounds=2")  # fmt: skip
+    parser.add_argument("--dpmode", default="sound", choices=["sound", "paper"])
+    parser.add_argument("--eps", default="1", help="eps0 per round (wildcard spelling)")
+    parser.add_argument("--seed", default="0", help="seed wildcard (common seeds)")
+    parser.add_argument("--seeded-noise", action="store_true", help="seed the server noise "
+                        "with the job seed, as the simulation (never in a deployment)")  # fmt: skip
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds before stopping")
+    args = parser.parse_args(argv)
+    config = load_configs([args.config])
+    params = {**config["fets"]["defaults"], **dict(args.set)}
+    wildcards = {"aggregator": "dp_simagg", "dpmode": args.dpmode, "eps": args.eps,
+                 "seed": args.seed}  # fmt: skip
+    partitions = [int(p) for p in args.partitions.split(",")]
+    processed = prepare_data(args.out.resolve(), config, args.processed)
+    try:
+        outcome = deploy(args.out, processed, params, wildcards, partitions, args.seeded_noise,
+                         args.timeout)  # fmt: skip
+    except fp.FederationProcessError as err:
+        print(f"federation failed: {err}", file=sys.stderr)
+        return 1
+    table = pd.DataFrame(json.loads((args.out / "processes.json").read_text()))
+    print(table[["name", "pid", "ports", "command"]].to_string(index=False))
+    print(
+        f"{outcome.released}/{outcome.rounds} rounds released in {outcome.wall_s:.1f} s; "
+        f"outputs in {args.out}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

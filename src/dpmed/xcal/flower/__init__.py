@@ -1,0 +1,12 @@
+"""XCal-FL as a Flower app run by Flower's deployment engine (flwr 1.23: a SuperLink, one
+SuperNode per client site, `flwr run`).
+
+The ServerApp (`server_app`) plays dpmed's xcal server: the m-of-K schedule of
+`dpmed.xcal.run.client_schedule`, sample-weighted FedAvg (`dpmed.xcal.run.fedavg`), the test
+evaluation and rounds.csv, road.json, model.pt and privacy.json as the in-process run writes
+them. The ClientApp (`client_app`) is dpmed's `Client` (`dpmed.xcal.client`) under the job's
+method, its state (generators, ledgers, Rényi filter) kept between rounds in the SuperNode's
+`Context.state`, which never leaves the node. Clients send model tensors, sample count and
+ledger (`wire`); the server recomputes each client's ε from the ledger and checks it against
+the ε the client reports. `deploy` starts a whole federation on 127.0.0.1 and runs one job.
+"""

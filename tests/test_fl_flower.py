@@ -1,0 +1,175 @@
+"""XCal-FL as a Flower app in Flower's deployment engine (a SuperLink and three SuperNodes on
+127.0.0.1, `flwr run`) against dpmed's in-process simulation of the same job: the same final
+model and privacy.json; and a SuperNode killed mid-round: the round completes without its
+client, whose missing update privacy.json names, and the model is the simulation's with that
+update left out. Every process is started and stopped by pid (process groups checked gone)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import XCAL_PARAMS, xcal_processed
+
+from dpmed import federation_processes as fp
+from dpmed.config.wildcards import parse_eps
+from dpmed.models import load_model
+from dpmed.runtime import JobContext
+from dpmed.xcal.privacy import privacy_record
+from dpmed.xcal.run import History, client_schedule, prepare, run, train_round
+
+pytest.importorskip("flwr")
+from dpmed.xcal.flower.deploy import deploy, local_federation, node_config  # noqa: E402
+from dpmed.xcal.flower.jobfile import write_job  # noqa: E402
+from dpmed.xcal.flower.server_app import FAILED_REASON  # noqa: E402
+
+pytestmark = pytest.mark.fl
+
+# Two rounds, two of the three clients each (the schedule's m-of-K sampling).
+PARAMS = {**XCAL_PARAMS, "rounds": 2, "clients_per_round": 2, "road_subsample": 4}
+TOLERANCE = 1e-6
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return xcal_processed(tmp_path_factory.mktemp("flower_data"), [90, 10, 20])
+
+
+def xcal_job(data: Path, out: Path, method: str, eps: str) -> JobContext:
+    wc = {
+        "dataset": "bloodmnist",
+        "model": "resnet18",
+        "method": method,
+        "shift": "iid",
+        "clients": "3",
+        "eps": eps,
+        "seed": "0",
+    }
+    return JobContext(data, out, wc, PARAMS, seed=0, device="cpu", threads=1)
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    return load_model(path / "model.pt").state_dict()
+
+
+def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
+
+
+def assert_stopped(processes: list[dict]) -> None:
+    """Every process (and its process group: SuperExec, ClientApps) is gone."""
+    for proc in processes:
+        assert proc["returncode"] is not None, proc["name"]
+        with pytest.raises(ProcessLookupError):
+            os.killpg(proc["pid"], 0)
+
+
+METHODS = [("xcal", "2"), ("nondp", "inf")]
+
+
+@pytest.fixture(scope="module")
+def deployed(data, tmp_path_factory) -> tuple[dict[str, JobContext], dict]:
+    """Both methods' jobs run at once on one local federation, its folder given relative to
+    the current one as `make fl-flower` gives it (the ServerApp runs in a folder of its own)."""
+    root = tmp_path_factory.mktemp("flower_runs")
+    jobs = {method: xcal_job(data, root / method, method, eps) for method, eps in METHODS}
+    work = Path(os.path.relpath(root / "flower"))
+    record = deploy(list(jobs.values()), work, round_timeout=120, run_timeout=500)
+    return jobs, record
+
+
+def test_the_federation_is_a_superlink_and_three_supernodes_stopped_by_pid(deployed):
+    _, record = deployed
+    names = [p["name"] for p in record["processes"]]
+    assert names == [
+        "superlink",
+        "supernode-0",
+        "supernode-1",
+        "supernode-2",
+        "flwr-run-1",
+        "flwr-run-2",
+    ]
+    ports = [port for p in record["processes"] for port in p["ports"].values()]
+    assert len(ports) == len(set(ports)) == 6
+    assert record["status"] == ["finished:completed"] * 2
+    assert_stopped(record["processes"])
+
+
+@pytest.mark.parametrize(("method", "eps"), METHODS)
+def test_the_deployed_run_equals_the_in_process_simulation(deployed, tmp_path, method, eps):
+    jobs, _ = deployed
+    job = jobs[method]
+    run(replace(job, out_dir=tmp_path))
+    difference = max_difference(weights(tmp_path), weights(Path(job.out_dir)))
+    print(f"{method}: final model max |deployed - simulated| = {difference:.3g}")
+    assert difference <= TOLERANCE
+    assert weights(tmp_path).keys() == weights(Path(job.out_dir)).keys()
+    for name in ("privacy.json", "road.json"):
+        assert json.loads((Path(job.out_dir) / name).read_text()) == json.loads(
+            (tmp_path / name).read_text()
+        ), name
+    deployed_rows = pd.read_csv(Path(job.out_dir) / "rounds.csv").drop(columns="seconds")
+    simulated_rows = pd.read_csv(tmp_path / "rounds.csv").drop(columns="seconds")
+    pd.testing.assert_frame_equal(deployed_rows, simulated_rows)
+    initial = prepare(replace(job, out_dir=tmp_path / "init")).federation.net.state_dict()
+    assert max_difference(initial, weights(tmp_path)) > 1e-3  # the clients did train
+
+
+def simulate_without(job: JobContext, dropped: set[tuple[int, int]]) -> tuple[dict, dict]:
+    """The in-process run of `job` with the updates of (round, client) in `dropped` left out
+    (0-based rounds): its final weights and privacy.json record."""
+    fed = prepare(job).federation
+    history = History({k: v.detach().clone() for k, v in fed.net.state_dict().items()})
+    for r in range(job.params["rounds"]):
+
+        def local(sampled, global_state, r=r):
+            kept = [c for c in sampled if (r, c.index) not in dropped]
+            return [c.train_round(fed.net, fed.wrapped, global_state) for c in kept]
+
+        train_round(fed, history, road_due=False, remote=local)
+    eps = parse_eps(job.wildcards["eps"])
+    record = privacy_record(fed.clients, fed.method, eps, job.params)
+    path = Path(job.out_dir) / "expected-privacy.json"
+    record.write(path, job.wildcards["dataset"])
+    return fed.net.state_dict(), json.loads(path.read_text())
+
+
+def test_a_supernode_killed_mid_round_is_left_out_and_named(data, tmp_path):
+    job = xcal_job(data, tmp_path / "run", "xcal", "2")
+    victim = client_schedule(job)[1][0]  # a client sampled in round 2
+    work = tmp_path / "flower"
+    write_job(tmp_path / "job.json", job)
+    configs = [node_config(k, 3, data) for k in range(3)]
+    with local_federation(work, configs) as federation:
+        flwr_run = federation.start_run(tmp_path / "job.json", round_timeout=40, connect_timeout=60)
+        fp.wait_for_line(federation.superlink, r"round 2: sent to clients", timeout=300)
+        fp.kill(federation.supernodes[victim])
+        flwr_run.popen.wait(timeout=300)
+        status = federation.run_status(flwr_run)
+    assert status == "finished:completed"
+    assert_stopped(fp.process_table(federation.processes()))
+
+    privacy = json.loads((tmp_path / "run" / "privacy.json").read_text())
+    failed = privacy["extra"].pop("failed_updates")
+    assert [(f["round"], f["client"]) for f in failed] == [(2, victim)]
+    assert privacy["reasons"].pop() == FAILED_REASON
+    rounds = json.loads((tmp_path / "run" / "federation.json").read_text())["rounds"]
+    assert victim in rounds[1]["sampled"] and victim not in rounds[1]["received"]
+
+    expected_weights, expected_privacy = simulate_without(
+        replace(job, out_dir=tmp_path / "sim"), {(1, victim)}
+    )
+    difference = max_difference(expected_weights, weights(tmp_path / "run"))
+    print(f"killed client {victim}: max |deployed - simulated without it| = {difference:.3g}")
+    assert difference <= TOLERANCE
+    assert privacy == expected_privacy
+    rounds_done = privacy["extra"]["client_rounds"]
+    assert rounds_done[victim] == sum(victim in s for s in client_schedule(job)) - 1
+    assert np.isfinite(privacy["epsilon"])
