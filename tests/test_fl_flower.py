@@ -6,6 +6,8 @@ update left out. Every process is started and stopped by pid (process groups che
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 from dataclasses import replace
@@ -81,8 +83,10 @@ def deployed(data, tmp_path_factory) -> tuple[dict[str, JobContext], dict]:
     root = tmp_path_factory.mktemp("flower_runs")
     jobs = {method: xcal_job(data, root / method, method, eps) for method, eps in METHODS}
     work = Path(os.path.relpath(root / "flower"))
-    record = deploy(list(jobs.values()), work, round_timeout=120, run_timeout=500)
-    return jobs, record
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        record = deploy(list(jobs.values()), work, round_timeout=120, run_timeout=500)
+    return jobs, {**record, "printed": printed.getvalue().splitlines()}
 
 
 def test_the_federation_is_a_superlink_and_three_supernodes_stopped_by_pid(deployed):
@@ -100,6 +104,17 @@ def test_the_federation_is_a_superlink_and_three_supernodes_stopped_by_pid(deplo
     assert len(ports) == len(set(ports)) == 6
     assert record["status"] == ["finished:completed"] * 2
     assert_stopped(record["processes"])
+
+
+def test_the_launcher_relays_one_progress_line_per_round_of_each_run(deployed):
+    jobs, record = deployed
+    for method, job in jobs.items():
+        label = f"[flower xcal bloodmnist/resnet18/{method}/iid]"
+        steps = [ln.split()[3] for ln in record["printed"] if ln.startswith(label)]
+        assert steps == ["1/2", "2/2"], record["printed"]
+        final = json.loads((Path(job.out_dir) / "privacy.json").read_text())["epsilon"]
+        last = next(ln for ln in reversed(record["printed"]) if ln.startswith(label))
+        assert ("eps=inf" if final is None else f"eps={final:.4g}") in last.split()
 
 
 @pytest.mark.parametrize(("method", "eps"), METHODS)

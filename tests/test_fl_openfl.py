@@ -57,11 +57,14 @@ def live(pid: int) -> bool:
     return True
 
 
-def test_federation_equals_the_simulation(processed, tmp_path):
+def test_federation_equals_the_simulation(processed, tmp_path, capsys):
     fed = tmp_path / "openfl"
     outcome = deploy(fed, processed, FL_PARAMS, WILDCARDS, PARTITIONS, seeded_noise=True,
                      timeout=300)  # fmt: skip
     assert (outcome.status, outcome.released) == ("complete", 2)
+    # one progress line per released round, the last with the ε privacy.json states
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[openfl ")]
+    assert [ln.split()[4] for ln in lines] == ["1/2", "2/2"], lines
     sim = tmp_path / "simulation"
     pooled = subset_folder(processed, tmp_path / "pooled", PARTITIONS)
     run(JobContext(pooled, sim, WILDCARDS, FL_PARAMS, job_seed("fets", WILDCARDS), device="cpu",
@@ -77,6 +80,7 @@ def test_federation_equals_the_simulation(processed, tmp_path):
     assert max((want[k] - init[k]).abs().max().item() for k in want) > 1e-3
 
     record = json.loads((fed / "privacy.json").read_text())
+    assert f"eps={record['epsilon']:.4g}" in lines[-1].split()
     deployment = record["extra"].pop("deployment")
     assert record == json.loads((sim / "privacy.json").read_text())
     assert deployment["released_rounds"] == [1, 2] and deployment["not_released_rounds"] == []

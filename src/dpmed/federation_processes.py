@@ -15,6 +15,8 @@ API:
     kill(proc)                                SIGKILL one group at once (a crash)
     group_alive(proc) -> bool                 whether any process of its group still exists
     process_table(procs) -> list[dict]        name, pid, ports, command: the run's record
+    NewLines(path).read() -> list[str]        the complete lines a file gained since the last
+                                              read (progress relayed from a process's files)
 """
 
 from __future__ import annotations
@@ -140,6 +142,26 @@ def wait_for_line(proc: Process, pattern: str, timeout: float = 60.0) -> re.Matc
                 f"log {proc.log_path}:\n{proc.log_tail()}"
             )
         time.sleep(0.1)
+
+
+class NewLines:
+    """The complete lines a file gains between calls of `read`, each returned once: what a
+    launcher relays from a file a federation process is writing (its log, its round records).
+    A line still being written is left for the next call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._offset = 0  # bytes already returned
+
+    def read(self) -> list[str]:
+        if not self.path.exists():
+            return []
+        with self.path.open("rb") as handle:
+            handle.seek(self._offset)
+            data = handle.read()
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        return data[:end].decode(errors="replace").splitlines()
 
 
 def _signal_group(proc: Process, sig: int) -> None:

@@ -34,7 +34,7 @@ import math
 import shutil
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,7 @@ from dpmed.fets.brats import LABEL_VALUES
 from dpmed.fets.grid import aggregator_name
 from dpmed.fets.server import ServerConfig
 from dpmed.io import write_csv, write_json
+from dpmed.runtime import Progress
 
 TEMPLATE = REPO / "deploy" / "openfl"
 ENGINE = "OpenFL 1.9 (TaskRunner API, gRPC)"
@@ -155,9 +156,10 @@ def fx_command(*args: str) -> list[str]:
 
 
 def run_federation(workspace: Path, out: Path, collaborators: Sequence[str], port: int,
-                   timeout: float) -> tuple[list[fp.Process], str]:  # fmt: skip
+                   timeout: float, progress: Progress) -> tuple[list[fp.Process], str]:  # fmt: skip
     """Start the aggregator and the collaborators, wait until the aggregator ends, a process
-    fails or `timeout` s pass; stop everything by pid. Returns (processes, error or '')."""
+    fails or `timeout` s pass, printing a `progress` line per released round; stop everything
+    by pid. Returns (processes, error or '')."""
     logs, procs, error = out / "logs", [], ""
     deadline = time.monotonic() + timeout
     try:
@@ -177,7 +179,9 @@ def run_federation(workspace: Path, out: Path, collaborators: Sequence[str], por
                 for c in collaborators]  # fmt: skip
         procs += cols
         write_json(out / "processes.json", fp.process_table(procs))
-        error = watch(agg, cols, deadline)
+        released = RoundProgress(fp.NewLines(workspace / "save" / RECORDS), progress)
+        error = watch(agg, cols, deadline, released.report)
+        released.report()  # the rounds released since the last check
     except fp.FederationProcessError as err:
         error = str(err)
     finally:
@@ -185,10 +189,30 @@ def run_federation(workspace: Path, out: Path, collaborators: Sequence[str], por
     return procs, error
 
 
-def watch(agg: fp.Process, cols: Sequence[fp.Process], deadline: float) -> str:
-    """Wait for the aggregator to end; '' when it ended well and every collaborator quit
-    cleanly, else the error (a collaborator that died, the aggregator's failure, a timeout)."""
+@dataclass
+class RoundProgress:
+    """One progress line per round the aggregator released: its collaborators and the ε spent
+    so far (the smaller of basic and RDP composition, as privacy.json states it)."""
+
+    records: fp.NewLines
+    progress: Progress
+    released: int = 0
+
+    def report(self) -> None:
+        for line in self.records.read():
+            record = json.loads(line)
+            self.released += 1
+            spent = min(record["eps_basic_cum"], record["eps_rdp_cum"])
+            self.progress.line(self.released, {"collaborators": record["collaborators"]}, spent)
+
+
+def watch(agg: fp.Process, cols: Sequence[fp.Process], deadline: float,
+          on_tick: Callable[[], None]) -> str:  # fmt: skip
+    """Wait for the aggregator to end, calling `on_tick` between checks; '' when it ended well
+    and every collaborator quit cleanly, else the error (a collaborator that died, the
+    aggregator's failure, a timeout)."""
     while agg.alive():
+        on_tick()
         for col in cols:
             code = col.popen.poll()
             if code not in (None, 0):
@@ -286,7 +310,9 @@ def deploy(
     workspace = out / "workspace"
     make_workspace(workspace, template, plan, sites)
     start = time.monotonic()
-    procs, error = run_federation(workspace, out, list(sites), port, timeout)
+    label = f"openfl {wildcards['aggregator']} {wildcards['dpmode']} eps0={wildcards['eps']}"
+    procs, error = run_federation(workspace, out, list(sites), port, timeout,
+                                  Progress(label, int(params["rounds"])))  # fmt: skip
     write_json(out / "processes.json", fp.process_table(procs))
     released = len(read_records(workspace / "save"))
     outcome = Outcome("failed" if error else "complete", error, int(params["rounds"]), released,

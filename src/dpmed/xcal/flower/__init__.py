@@ -10,3 +10,6 @@ method, its state (generators, ledgers, Rényi filter) kept between rounds in th
 ledger (`wire`); the server recomputes each client's ε from the ledger and checks it against
 the ε the client reports. `deploy` starts a whole federation on 127.0.0.1 and runs one job.
 """
+
+# The ServerApp's progress lines start "[flower <run>]"; the launcher relays them.
+PROGRESS_LABEL = "flower"

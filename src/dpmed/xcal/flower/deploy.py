@@ -36,6 +36,7 @@ from typing import Any
 from dpmed import federation_processes as fp
 from dpmed.io import write_json
 from dpmed.runtime import JobContext
+from dpmed.xcal.flower import PROGRESS_LABEL
 
 REPO = Path(__file__).resolve().parents[4]
 APP_DIR = REPO / "deploy" / "flower"
@@ -46,6 +47,8 @@ SMOKE_RUNS = [
 BIN = Path(sys.executable).parent  # flower-superlink, flower-supernode, flwr, flwr-serverapp
 FEDERATION = "local"
 READY_TIMEOUT = 60.0
+PROGRESS_PREFIX = f"[{PROGRESS_LABEL} "
+PROGRESS_POLL = 1.0  # s between reads of the runs' streams
 
 
 @dataclass
@@ -198,12 +201,14 @@ def deploy(
             runs.append(
                 federation.start_run(work / f"job-{i + 1}.json", round_timeout, READY_TIMEOUT)
             )
+        logs = [fp.NewLines(run.log_path) for run in runs]
         deadline = time.monotonic() + run_timeout
-        for run in runs:
-            try:
-                run.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired as error:
-                raise fp.FederationProcessError(f"flwr run exceeded {run_timeout} s") from error
+        while any(run.alive() for run in runs):
+            if time.monotonic() > deadline:
+                raise fp.FederationProcessError(f"flwr run exceeded {run_timeout} s")
+            relay_progress(logs)
+            time.sleep(PROGRESS_POLL)
+        relay_progress(logs)
         statuses = [federation.run_status(run) for run in runs]
     record = {  # after the stop: every return code is set
         "jobs": [str(job.out_dir) for job in jobs],
@@ -217,6 +222,15 @@ def deploy(
             f"Flower runs ended {statuses}; logs in {work}:\n{federation.superlink.log_tail()}"
         )
     return record
+
+
+def relay_progress(logs: Sequence[fp.NewLines]) -> None:
+    """Print the progress lines the ServerApps wrote to their `flwr run` streams since the
+    last call (one per round: scores, ε spent so far, elapsed, ETA; `dpmed.runtime.Progress`)."""
+    for log in logs:
+        for line in log.read():
+            if line.startswith(PROGRESS_PREFIX):
+                print(line, flush=True)
 
 
 def xcal_jobs(

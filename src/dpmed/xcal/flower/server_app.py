@@ -36,7 +36,7 @@ from dpmed.models import save_model
 from dpmed.privacy.record import PrivacyRecord
 from dpmed.runtime import JobContext, Progress
 from dpmed.xcal.client import Client, ClientSeeds, ClientUpdate
-from dpmed.xcal.flower import wire
+from dpmed.xcal.flower import PROGRESS_LABEL, wire
 from dpmed.xcal.flower.jobfile import read_job
 from dpmed.xcal.privacy import privacy_record
 from dpmed.xcal.run import (
@@ -270,7 +270,7 @@ def serve(grid: Grid, job: JobContext, round_timeout: float, connect_timeout: fl
     history = History({k: v.detach().clone() for k, v in fed.net.state_dict().items()})
     log = RoundLog()
     rounds = job.params["rounds"]
-    progress = Progress("flower " + run_label(job.wildcards), rounds)
+    progress = Progress(f"{PROGRESS_LABEL} {run_label(job.wildcards)}", rounds)
     for r in range(rounds):
         road_due = (r + 1) % job.params["road_every"] == 0 or r + 1 == rounds
         remote = RemoteRound(grid, job, fed, nodes, r, round_timeout, log)
