@@ -46,6 +46,18 @@ def preprocess(
     )
 
 
+def synthetic_processed(dataset: str, cfg: Mapping[str, Any], root: str | Path) -> Path:
+    """The config's synthetic `dataset` (`cfg`: its `data.<dataset>` block) generated into
+    root/raw and processed into root/processed, as the workflow's data stage makes them: what
+    a command run outside the workflow (the FL launchers) trains on. Returns root/processed."""
+    if cfg.get("raw") != "synthetic":
+        raise SystemExit(f"data.{dataset}.raw is not synthetic in the config: give --processed")
+    raw, processed = Path(root) / "raw", Path(root) / "processed"
+    synthesize(dataset, cfg, raw)
+    preprocess(dataset, cfg, raw, processed)
+    return processed
+
+
 def _remove_stale(folder: str | Path) -> None:
     """Remove the temporary folders a killed run writing `folder` left. Safe here: `folder` is
     the output of the job calling this, and Snakemake runs one job per output at a time."""

@@ -48,7 +48,7 @@ from dpmed.config.checks import REPO, load_configs
 from dpmed.config.grid import common_seed, job_seed
 from dpmed.config.wildcards import parse_eps
 from dpmed.data import fets
-from dpmed.data.synthetic import fets as synthetic_fets
+from dpmed.data.stage import synthetic_processed
 from dpmed.fets import privacy
 from dpmed.fets.brats import LABEL_VALUES
 from dpmed.fets.grid import aggregator_name
@@ -273,14 +273,10 @@ def write_outputs(out: Path, workspace: Path, params: Mapping[str, Any], cfg: Se
 
 def prepare_data(out: Path, config: Mapping[str, Any], processed: Path | None) -> Path:
     """The processed FeTS folder: `processed`, or the config's synthetic FeTS data generated
-    and preprocessed under DIR/data."""
+    and preprocessed under DIR/data as the workflow's data stage makes them."""
     if processed is not None:
         return processed
-    data_cfg = config["data"]["fets"]
-    raw, done = out / "data" / "raw", out / "data" / "processed"
-    synthetic_fets.generate(raw, "fets", data_cfg, seed=int(data_cfg["synthetic"]["seed"]))
-    fets.preprocess(raw, done, "fets", data_cfg)
-    return done
+    return synthetic_processed("fets", config["data"]["fets"], out / "data")
 
 
 def deploy(

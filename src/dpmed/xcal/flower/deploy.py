@@ -267,17 +267,12 @@ def xcal_jobs(
 
 def synthetic_data(config: dict[str, Any], datasets: set[str], root: Path) -> Path:
     """Generate and process the config's synthetic data of the one dataset in `datasets`."""
-    from dpmed.data.stage import preprocess, synthesize
+    from dpmed.data.stage import synthetic_processed
 
     if len(datasets) != 1:
         raise SystemExit(f"the runs of one federation read one dataset, not {sorted(datasets)}")
     (dataset,) = datasets
-    cfg = config["data"][dataset]
-    if cfg["raw"] != "synthetic":
-        raise SystemExit(f"{dataset} is not synthetic in the config: give --processed")
-    synthesize(dataset, cfg, root / "raw")
-    preprocess(dataset, cfg, root / "raw", root / "processed")
-    return root / "processed"
+    return synthetic_processed(dataset, config["data"][dataset], root)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
