@@ -48,8 +48,9 @@ test-slurm: $(STAMP)
 
 # The two federated methods in the FL engines sites deploy (docs/deploy.md), on the synthetic
 # data, every process on 127.0.0.1 and stopped by pid: DP-SimAgg as an OpenFL 1.9 federation
-# (an aggregator and 3 collaborator processes over gRPC), XCal-FL as a Flower app (a SuperLink
-# and 3 SuperNodes). test-fl checks both against the in-process simulation (pytest marker fl).
+# (an aggregator and 3 collaborator processes over gRPC), XCal-FL as a Flower app (per job a
+# SuperLink and 3 SuperNodes). test-fl checks both against the in-process simulation (pytest
+# marker fl).
 fl-openfl: $(STAMP)
 	$(BIN)/python -m dpmed.fets.openfl_deploy --out results/fl/openfl
 

@@ -62,6 +62,10 @@ XCAL_PARAMS = {
     "width_scale": 0.125,
     "clients_per_round": 10,
 }
+# The deployed-federation (Flower) tests' cell: XCal-FL, 3 clients, eps 2, 2 rounds of 2.
+FLOWER_WILDCARDS = {"dataset": "bloodmnist", "model": "resnet18", "method": "xcal",
+                    "shift": "iid", "clients": "3", "eps": "2", "seed": "0"}  # fmt: skip
+FLOWER_PARAMS = {**XCAL_PARAMS, "rounds": 2, "clients_per_round": 2, "road_subsample": 4}
 
 
 @contextlib.contextmanager

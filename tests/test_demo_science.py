@@ -31,14 +31,15 @@ DEMO_TARGETS = [
     (ATTACK_ROW, "duke unet"),
     *[(XCAL_REFERENCE_ROW, f"{dataset} resnet18 iid 3 nondp")
       for dataset in ("bloodmnist", "pneumoniamnist", "dermamnist")],
+    # xcal-random: above chance since its sigma_t come from a generator of its own (issue 53)
     *[(XCAL_CHANCE_ROW, f"bloodmnist resnet18 iid 3 {method} eps 5")
-      for method in ("static", "agp")],
+      for method in ("static", "agp", "xcal-random")],
     # At eps = 5 with 320 images per client these DP cells stay at chance in the demo (tried:
     # all clients every round, one local epoch at twice the lr); the summary reads `not met`.
     # The target stands: strict, so a run that meets it fails here until this mark goes.
     *[pytest.param(XCAL_CHANCE_ROW, f"bloodmnist resnet18 iid 3 {method} eps 5",
                    marks=pytest.mark.xfail(strict=True, reason="DP cell at chance in the demo"))
-      for method in ("agp-dp", "xcal", "xcal-random")],
+      for method in ("agp-dp", "xcal")],
 ]  # fmt: skip
 
 

@@ -1,8 +1,9 @@
-"""XCal-FL as a Flower app in Flower's deployment engine (a SuperLink and three SuperNodes on
-127.0.0.1, `flwr run`) against dpmed's in-process simulation of the same job: the same final
-model and privacy.json; and a SuperNode killed mid-round: the round completes without its
-client, whose missing update privacy.json names, and the model is the simulation's with that
-update left out. Every process is started and stopped by pid (process groups checked gone)."""
+"""XCal-FL as a Flower app in Flower's deployment engine (per job a SuperLink and three
+SuperNodes on 127.0.0.1 with the sites' policies for that job, `flwr run`) against dpmed's
+in-process simulation of the same job: the same final model and privacy.json; and a SuperNode
+killed mid-round: the round completes without its client, whose missing update privacy.json
+names, and the model is the simulation's with that update left out. Every process is started
+and stopped by pid (process groups checked gone)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import XCAL_PARAMS, xcal_processed
+from conftest import FLOWER_PARAMS, FLOWER_WILDCARDS, xcal_processed
 
 from dpmed import federation_processes as fp
 from dpmed.config.wildcards import parse_eps
@@ -27,14 +28,15 @@ from dpmed.xcal.privacy import privacy_record
 from dpmed.xcal.run import History, client_schedule, prepare, run, train_round
 
 pytest.importorskip("flwr")
-from dpmed.xcal.flower.deploy import deploy, local_federation, node_config  # noqa: E402
+from dpmed.xcal.flower.deploy import deploy, local_federation, site_configs  # noqa: E402
 from dpmed.xcal.flower.jobfile import write_job  # noqa: E402
+from dpmed.xcal.flower.policy import SitePolicy  # noqa: E402
 from dpmed.xcal.flower.server_app import FAILED_REASON  # noqa: E402
 
 pytestmark = pytest.mark.fl
 
 # Two rounds, two of the three clients each (the schedule's m-of-K sampling).
-PARAMS = {**XCAL_PARAMS, "rounds": 2, "clients_per_round": 2, "road_subsample": 4}
+PARAMS = FLOWER_PARAMS
 TOLERANCE = 1e-6
 
 
@@ -44,15 +46,7 @@ def data(tmp_path_factory) -> Path:
 
 
 def xcal_job(data: Path, out: Path, method: str, eps: str) -> JobContext:
-    wc = {
-        "dataset": "bloodmnist",
-        "model": "resnet18",
-        "method": method,
-        "shift": "iid",
-        "clients": "3",
-        "eps": eps,
-        "seed": "0",
-    }
+    wc = {**FLOWER_WILDCARDS, "method": method, "eps": eps}
     return JobContext(data, out, wc, PARAMS, seed=0, device="cpu", threads=1)
 
 
@@ -78,8 +72,9 @@ METHODS = [("xcal", "2"), ("nondp", "inf")]
 
 @pytest.fixture(scope="module")
 def deployed(data, tmp_path_factory) -> tuple[dict[str, JobContext], dict]:
-    """Both methods' jobs run at once on one local federation, its folder given relative to
-    the current one as `make fl-flower` gives it (the ServerApp runs in a folder of its own)."""
+    """Both methods' jobs run at once, each on its own local federation, the folder given
+    relative to the current one as `make fl-flower` gives it (the ServerApp runs in a folder of
+    its own)."""
     root = tmp_path_factory.mktemp("flower_runs")
     jobs = {method: xcal_job(data, root / method, method, eps) for method, eps in METHODS}
     work = Path(os.path.relpath(root / "flower"))
@@ -89,21 +84,26 @@ def deployed(data, tmp_path_factory) -> tuple[dict[str, JobContext], dict]:
     return jobs, {**record, "printed": printed.getvalue().splitlines()}
 
 
-def test_the_federation_is_a_superlink_and_three_supernodes_stopped_by_pid(deployed):
-    _, record = deployed
+def test_each_job_runs_on_a_superlink_and_three_supernodes_stopped_by_pid(deployed):
+    jobs, record = deployed
     names = [p["name"] for p in record["processes"]]
-    assert names == [
-        "superlink",
-        "supernode-0",
-        "supernode-1",
-        "supernode-2",
-        "flwr-run-1",
-        "flwr-run-2",
+    daemons = ["superlink", "supernode-0", "supernode-1", "supernode-2"]
+    assert names == [f"job-{i}/{d}" for i in (1, 2) for d in daemons] + [
+        "job-1/flwr-run-1",
+        "job-2/flwr-run-1",
     ]
     ports = [port for p in record["processes"] for port in p["ports"].values()]
-    assert len(ports) == len(set(ports)) == 6
+    assert len(ports) == len(set(ports)) == 12
     assert record["status"] == ["finished:completed"] * 2
+    assert record["error"] is None
     assert_stopped(record["processes"])
+    commands = {p["name"]: p["command"] for p in record["processes"]}
+    for i, job in enumerate(jobs.values(), 1):  # each site's policy admits its job only
+        for k in range(3):
+            site = Path(job.out_dir).parent.resolve() / "flower" / f"job-{i}" / f"site-{k}"
+            assert SitePolicy.read(site / "policy.json") == SitePolicy.for_job(job)
+            command = commands[f"job-{i}/supernode-{k}"]
+            assert f"policy='{site / 'policy.json'}' state-dir='{site / 'state'}'" in command
 
 
 def test_the_launcher_relays_one_progress_line_per_round_of_each_run(deployed):
@@ -161,8 +161,7 @@ def test_a_supernode_killed_mid_round_is_left_out_and_named(data, tmp_path):
     victim = client_schedule(job)[1][0]  # a client sampled in round 2
     work = tmp_path / "flower"
     write_job(tmp_path / "job.json", job)
-    configs = [node_config(k, 3, data) for k in range(3)]
-    with local_federation(work, configs) as federation:
+    with local_federation(work, site_configs(job, work)) as federation:
         flwr_run = federation.start_run(tmp_path / "job.json", round_timeout=40, connect_timeout=60)
         fp.wait_for_line(federation.superlink, r"round 2: sent to clients", timeout=300)
         fp.kill(federation.supernodes[victim])

@@ -5,13 +5,19 @@ three collaborator processes started with `fx`, talking gRPC on 127.0.0.1.
 federation's final model equals the in-process simulation `dpmed.fets.run` on the same three
 partitions, and so does its privacy record. (b) A collaborator killed by SIGKILL mid-round:
 OpenFL's aggregator would wait for it forever, so the launcher stops the federation with an
-error naming it, and privacy.json accounts for the rounds released before it only.
+error naming it, and privacy.json accounts for the rounds released before it only. (c) SIGTERM
+to the launcher after round 1: no process left, the record names round 1 and the signal; the
+aggregator listens on 127.0.0.1 only. (d) A SIGSTOPped collaborator: the run stops at the round
+timeout naming it. (e) An upload without a tensor: the run stops at the round's end naming the
+collaborator and the tensor.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,8 +29,9 @@ import torch
 from test_fets_simulation import PARAMS, _processed
 
 from dpmed.config.grid import common_seed, job_seed
+from dpmed.federation_processes import FederationProcessError
 from dpmed.fets import selection
-from dpmed.fets.openfl_deploy import deploy, subset_folder
+from dpmed.fets.openfl_deploy import TEMPLATE, deploy, subset_folder
 from dpmed.fets.run import run
 from dpmed.models import build_model
 from dpmed.runtime import JobContext
@@ -112,15 +119,11 @@ def test_a_killed_collaborator_stops_the_federation(processed, tmp_path):
            *sets]  # fmt: skip
     launcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        table = wait_for(lambda: (out / "processes.json").exists()
-                         and json.loads((out / "processes.json").read_text()),
-                         120, "process list", launcher)  # fmt: skip
         # the first collaborator that trains in round 2 (OpenFL's round 1), from the schedule
         choices = selection.schedule(PARTITIONS, FL_PARAMS["participation"], 2,
                                      FL_PARAMS["selection"],
                                      common_seed("fets", WILDCARDS, "schedule"))  # fmt: skip
-        name = f"collaborator-{choices[1].collaborators[0]}"
-        victim = next(p for p in table if p["name"] == name)
+        victim = process(out, f"collaborator-{choices[1].collaborators[0]}", launcher)
         log = Path(victim["log"])
         wait_for(lambda: "Round: 1 Received Tasks" in log.read_text(), 180, "round 2", launcher)
         os.killpg(victim["pid"], signal.SIGKILL)
@@ -144,3 +147,163 @@ def test_a_killed_collaborator_stops_the_federation(processed, tmp_path):
     assert [p["name"] for p in table][1:] == ["aggregator", "collaborator-1", "collaborator-2",
                                               "collaborator-3"]  # fmt: skip
     assert not any(live(p["pid"]) for p in table)
+
+
+def launch(out: Path, processed: Path, *extra: str, rounds: int = 2) -> subprocess.Popen:
+    """The launcher as a subprocess, as a scheduler starts it (the fl tests' parameters)."""
+    sets = [f"--set={k}={json.dumps(v)}" for k, v in {**FL_PARAMS, "rounds": rounds}.items()]
+    cmd = [sys.executable, "-m", "dpmed.fets.openfl_deploy", "--out", str(out), "--processed",
+           str(processed), "--eps", WILDCARDS["eps"], "--timeout", "400", *sets,
+           *extra]  # fmt: skip
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def stop_launcher(launcher: subprocess.Popen) -> None:
+    """After a failed assertion: SIGTERM (the launcher stops its processes), then SIGKILL."""
+    if launcher.poll() is None:
+        launcher.terminate()
+        try:
+            launcher.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            launcher.kill()
+            launcher.communicate()
+
+
+def process(out: Path, name: str, launcher: subprocess.Popen) -> dict:
+    """The processes.json entry of `name`, once the launcher has started it."""
+
+    def entry():
+        table = (out / "processes.json").exists() and json.loads(
+            (out / "processes.json").read_text()
+        )
+        return next((p for p in table or [] if p["name"] == name), None)
+
+    return wait_for(entry, 120, name, launcher)
+
+
+def listening(port: int) -> list[tuple[str, str, str]]:
+    """(table, local address in /proc's hex, socket inode) of each listening TCP socket on
+    `port`, from /proc/net/tcp and /proc/net/tcp6 (state 0A)."""
+    found = []
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            address, hex_port = fields[1].rsplit(":", 1)
+            if int(hex_port, 16) == port and fields[3] == "0A":
+                found.append((table, address, fields[9]))
+    return found
+
+
+# /proc's (table, local address) of a socket on 127.0.0.1: IPv4, or IPv4-mapped IPv6 as gRPC binds
+LOOPBACK = ([("tcp", "0100007F")], [("tcp6", "0000000000000000FFFF00000100007F")])
+
+
+def socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    return inodes
+
+
+def assert_all_gone(out: Path) -> None:
+    """Every process group the launcher recorded is gone."""
+    for entry in json.loads((out / "processes.json").read_text()):
+        with pytest.raises(ProcessLookupError):
+            os.killpg(entry["pid"], 0)
+
+
+def test_sigterm_stops_every_process_and_keeps_the_record(processed, tmp_path):
+    """SIGTERM to the launcher after round 1 is released: no process left, privacy.json and
+    federation.json name round 1 released and the signal. Also: the aggregator listens on
+    127.0.0.1 only, and the launcher warns that TLS is off."""
+    out = tmp_path / "sigterm"
+    launcher = launch(out, processed, rounds=3)
+    try:
+        agg = process(out, "aggregator", launcher)
+        port = agg["ports"]["grpc"]
+        sockets = wait_for(lambda: listening(port), 60, "listening socket", launcher)
+        assert [(t, a) for t, a, _ in sockets] in LOOPBACK  # 127.0.0.1 only
+        assert sockets[0][2] in socket_inodes(agg["pid"])
+        records = out / "workspace" / "save" / "dp_rounds.jsonl"
+        wait_for(lambda: records.exists() and records.read_text().count("\n") >= 1, 240,
+                 "round 1 released", launcher)  # fmt: skip
+        launcher.send_signal(signal.SIGTERM)
+        _, stderr = launcher.communicate(timeout=60)
+    finally:
+        stop_launcher(launcher)
+    assert launcher.returncode == 1
+    assert "INSECURE: the OpenFL federation" in stderr
+    assert "federation failed: the launcher received SIGTERM" in stderr
+    assert_all_gone(out)
+    deployment = json.loads((out / "privacy.json").read_text())["extra"]["deployment"]
+    assert deployment["status"] == "failed" and deployment["released_rounds"][:1] == [1]
+    assert deployment["not_released_rounds"][-1:] == [3]
+    federation = json.loads((out / "federation.json").read_text())
+    assert federation["error"] == "the launcher received SIGTERM" and federation["released"] >= 1
+
+
+def test_a_stalled_collaborator_stops_the_run_naming_it(processed, tmp_path):
+    """A collaborator stopped by SIGSTOP before it reports: the aggregator stops the run at
+    the round timeout, naming it; nothing is left running."""
+    out, round_timeout = tmp_path / "stall", 20
+    launcher = launch(out, processed, "--round-timeout", str(round_timeout))
+    try:
+        victim = process(out, "collaborator-2", launcher)
+        os.killpg(victim["pid"], signal.SIGSTOP)
+        stopped = time.monotonic()
+        _, stderr = launcher.communicate(timeout=round_timeout + 90)
+        waited = time.monotonic() - stopped
+    finally:
+        stop_launcher(launcher)
+    assert launcher.returncode == 1 and waited < round_timeout + 45, (waited, stderr)
+    named = re.search(r"OpenFL round 0: collaborators \[(.*?)\] have not reported within the "
+                      rf"round timeout of {round_timeout} s", stderr)  # fmt: skip
+    assert named and "'2'" in named.group(1), stderr
+    assert_all_gone(out)
+    federation = json.loads((out / "federation.json").read_text())
+    assert federation["status"] == "failed" and named.group(0) in federation["error"]
+
+
+DROPPING = '''
+
+class DroppingTaskRunner(FetsTaskRunner):
+    """Collaborator {victim!r} uploads its training without tensor {tensor!r} (a test)."""
+
+    def train_task(self, col_name, round_num, input_tensor_dict, **kwargs):
+        trained, metrics = super().train_task(col_name, round_num, input_tensor_dict, **kwargs)
+        if col_name == {victim!r}:
+            trained = {{k: v for k, v in trained.items() if k.tensor_name != {tensor!r}}}
+        return trained, metrics
+'''
+
+
+def test_a_malformed_upload_is_named(processed, tmp_path):
+    """A collaborator whose upload lacks a tensor (OpenFL's aggregator cannot aggregate the
+    round and waited forever): the run stops at the round's end naming it and the tensor."""
+    choices = selection.schedule(PARTITIONS, FL_PARAMS["participation"], 2, FL_PARAMS["selection"],
+                                 common_seed("fets", WILDCARDS, "schedule"))  # fmt: skip
+    victim = str(choices[0].collaborators[-1])  # not the first: OpenFL skips us for its tensor
+    torch.manual_seed(0)
+    tensor = next(iter(build_model("resunet3d", in_channels=4, n_classes=4, base_filters=2,
+                                   depth=2, norm="group").state_dict()))  # fmt: skip
+    template = tmp_path / "template"
+    shutil.copytree(TEMPLATE, template, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(template / "src" / "fets.py", "a", encoding="utf-8") as handle:
+        handle.write(DROPPING.format(victim=victim, tensor=tensor))
+    plan = template / "plan" / "plan.yaml"
+    plan.write_text(
+        plan.read_text().replace("src.fets.FetsTaskRunner", "src.fets.DroppingTaskRunner")
+    )
+    out = tmp_path / "dropped"
+    with pytest.raises(FederationProcessError) as err:
+        deploy(out, processed, FL_PARAMS, WILDCARDS, PARTITIONS, timeout=400, template=template)
+    want = f"OpenFL round 0: collaborator '{victim}', tensor '{tensor}': 0 rows with key"
+    assert want in str(err.value)
+    federation = json.loads((out / "federation.json").read_text())
+    assert federation["status"] == "failed" and want in federation["error"]
+    assert_all_gone(out)

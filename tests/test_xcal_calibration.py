@@ -93,7 +93,8 @@ def _client(method: str, seed: int = 0) -> Client:
     n = 40
     x, y = torch.zeros((n, 1, 4, 4)), torch.zeros(n, dtype=torch.long)
     entry = resolve(method, True, PARAMS["presets"])
-    return Client(0, x, y, entry, PARAMS, TARGET, ClientSeeds(1, 2, seed), "", planned_rounds=2)
+    seeds = ClientSeeds(1, 2, noise=seed, control=seed)
+    return Client(0, x, y, entry, PARAMS, TARGET, seeds, "", planned_rounds=2)
 
 
 @settings(max_examples=25, deadline=None)

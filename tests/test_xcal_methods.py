@@ -224,8 +224,8 @@ def test_a_registered_toy_shift_runs_through_the_real_runner(tiny, tmp_path):
 # and the method's own state.
 CLIENT_ATTRIBUTES = {
     "index", "x", "y", "method", "params", "cam_layer", "n", "steps_per_epoch", "q",
-    "total_steps", "sampler", "signal_sampler", "noise", "delta", "rounds", "stats", "audit",
-    "method_state",
+    "total_steps", "sampler", "signal_sampler", "noise", "control", "delta", "rounds", "stats",
+    "audit", "method_state",
 }  # fmt: skip
 
 

@@ -1,7 +1,9 @@
 """Resumable job state that never resumes another job and never runs code when loaded.
 
 A checkpoint is written atomically after every epoch/round and removed once the job's outputs
-exist. It carries the job's identity, three digests that a resume must match:
+exist; loading it, as a job starts, first removes what killed writes left in the run folder
+(`.checkpoint.pt.<random>.tmp` and its outputs' temporaries). It carries the job's identity,
+three digests that a resume must match:
 
 - `job`: the wildcards, resolved params and seed;
 - `data`: the content of the processed data folder the job reads (every file, hashed);
@@ -23,6 +25,7 @@ import io
 import json
 import pickle
 import random
+import zipfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,7 +35,7 @@ import numpy as np
 import torch
 
 import dpmed
-from dpmed.io import atomic_path
+from dpmed.io import atomic_path, remove_folder_temporaries
 
 CHECKPOINT = "checkpoint.pt"
 _CHUNK = 1 << 20
@@ -138,7 +141,11 @@ class Checkpoint:
     def load(self) -> dict[str, Any] | None:
         """The saved state (on the CPU: `load_state_dict` copies weights to the model's device,
         and RNG states must stay CPU tensors) with the RNGs restored, or None for a fresh run:
-        no checkpoint, or one that is unsafe, unreadable or of another job (said on stdout)."""
+        no checkpoint, or one that is unsafe, unreadable or of another job (said on stdout).
+        First removes the temporaries that a killed run of the job left in its run folder
+        (`.checkpoint.pt.<random>.tmp` and those of its outputs' atomic writes)."""
+        for stale in remove_folder_temporaries(self.path.parent):
+            print(f"{stale}: removed, left by a killed write", flush=True)
         if not self.path.exists():
             return None
         try:
@@ -175,17 +182,39 @@ def save_state(path: str | Path, state: Mapping[str, Any]) -> None:
         tmp.write_bytes(buffer.getvalue())
 
 
-def load_state(path: str | Path) -> dict[str, Any]:
+def load_state(path: str | Path, mmap: bool = False) -> dict[str, Any]:
     """What `save_state` wrote, on the CPU, loaded without running pickled code; raises
-    `CheckpointRefused` naming the reason for anything else."""
+    `CheckpointRefused` naming the reason for anything else (`check_records` first). `mmap`:
+    the tensors map the file's bytes instead of copies, so nothing is allocated for them until
+    they are read."""
+    check_records(path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CheckpointRefused(f"refused to load ({first})") from err
     if not isinstance(state, dict):
         raise CheckpointRefused(f"holds a {type(state).__name__}, not a state mapping")
     return state
+
+
+def check_records(path: str | Path) -> None:
+    """Raise `CheckpointRefused` for a file that is no zip archive or holds a compressed
+    record: `torch.save` stores every record as it is, so a record's size never exceeds the
+    file's, whereas a compressed one (a few MiB inflating to GiB) would be allocated in full
+    before anything could check it. Reads only the archive's directory."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            records = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError) as err:
+        raise CheckpointRefused(f"refused to load ({err})") from err
+    for record in records:
+        if record.compress_type != zipfile.ZIP_STORED or record.file_size != record.compress_size:
+            raise CheckpointRefused(
+                f"refused to load: record {record.filename!r} is compressed "
+                f"({record.compress_size:,} bytes declaring {record.file_size:,}); torch.save "
+                "stores records uncompressed"
+            )
 
 
 def plain(value: Any) -> Any:

@@ -7,33 +7,70 @@ stdout and stderr going to one log file, so a stop reaches the children it spawn
 failure can be read back from the log.
 
 API:
+    launch_lock(folder)                       one launch per output folder (flock on .lock)
     free_port() -> int                        a TCP port on 127.0.0.1 free right now
     start(name, cmd, log_path, env, cwd) -> Process
     wait_for_port(port, timeout, procs)       until something listens on 127.0.0.1:port
     wait_for_line(proc, pattern, timeout)     until the process's log has a line matching pattern
     stop(procs, grace)                        SIGTERM each group, then SIGKILL after `grace` s
     kill(proc)                                SIGKILL one group at once (a crash)
+    check_alive(procs)                        raise naming the first process that exited
     group_alive(proc) -> bool                 whether any process of its group still exists
     process_table(procs) -> list[dict]        name, pid, ports, command: the run's record
+    terminated_by_signals()                   context: SIGTERM/SIGINT raise `Terminated`, so
+                                              a launcher's `finally` stops its processes
     NewLines(path).read() -> list[str]        the complete lines a file gained since the last
                                               read (progress relayed from a process's files)
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 
 class FederationProcessError(RuntimeError):
     """A federation process died or did not become ready in time (the message cites its log)."""
+
+
+class Terminated(FederationProcessError):
+    """The launcher received SIGTERM or SIGINT (names the signal)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"the launcher received {signal.Signals(signum).name}")
+
+
+@contextmanager
+def terminated_by_signals() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGINT raise `Terminated` in the main thread (so the
+    launcher's `finally` stops every process group it started with `stop` and writes its
+    record); the previous handlers are restored on exit. Only the first signal raises: a
+    repeated one (a second Ctrl-C, a scheduler's follow-up SIGTERM) must not interrupt that
+    cleanup, which `stop` bounds by its SIGKILL grace."""
+    received: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        if not received:
+            received.append(signum)
+            raise Terminated(signum)
+
+    handled = (signal.SIGTERM, signal.SIGINT)
+    previous = {sig: signal.signal(sig, handler) for sig in handled}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 @dataclass
@@ -57,6 +94,40 @@ class Process:
         """The last `chars` characters of the log (what to show when it failed)."""
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
         return text[-chars:]
+
+
+_HELD: set[Path] = set()  # the folders whose launch lock this process holds
+
+
+@contextmanager
+def launch_lock(folder: Path) -> Iterator[None]:
+    """Hold `folder/.lock` (an exclusive `flock`, released when the process ends) for the
+    block, so two launches never write one output folder (nested blocks of one process share
+    it); raise `FederationProcessError` naming the folder at once when another launch holds
+    it. The lock file stays: deleting it would let a second launch lock a new one."""
+    folder = Path(folder).resolve()
+    if folder in _HELD:
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            raise FederationProcessError(
+                f"{folder} is in use by another launch (pid {handle.read().strip() or '?'} "
+                f"holds {folder / '.lock'}); one launch per output folder, nothing was changed"
+            ) from None
+        handle.truncate(0)
+        handle.write(str(os.getpid()))
+        handle.flush()
+        _HELD.add(folder)
+        try:
+            yield
+        finally:
+            _HELD.discard(folder)
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def free_port() -> int:
@@ -96,7 +167,8 @@ def start(
     return Process(name, list(cmd), log_path, popen, dict(ports or {}))
 
 
-def _check_alive(procs: Iterable[Process]) -> None:
+def check_alive(procs: Iterable[Process]) -> None:
+    """Raise FederationProcessError naming the first of `procs` that exited, with its log tail."""
     for proc in procs:
         if not proc.alive():
             raise FederationProcessError(
@@ -113,7 +185,7 @@ def wait_for_port(
     procs = list(procs)
     deadline = time.monotonic() + timeout
     while True:
-        _check_alive(procs)
+        check_alive(procs)
         try:
             with socket.create_connection((host, port), timeout=0.5):
                 return
@@ -135,7 +207,7 @@ def wait_for_line(proc: Process, pattern: str, timeout: float = 60.0) -> re.Matc
         if match:
             return match
         if not proc.alive():
-            _check_alive([proc])
+            check_alive([proc])
         if time.monotonic() > deadline:
             raise FederationProcessError(
                 f"{proc.name} wrote no line matching {pattern!r} in {timeout} s; "

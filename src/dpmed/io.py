@@ -42,8 +42,20 @@ def remove_stale_temporaries(path: str | Path) -> list[Path]:
     random part has a fixed length, so another output's temporaries never match (`.a.b.…` is
     not `.a.`'s)."""
     path = Path(path)
-    pattern = glob.escape(_prefix(path)) + "?" * _RANDOM_CHARS + glob.escape(_SUFFIX)
-    stale = sorted(path.parent.glob(pattern))
+    return _remove_temporaries(path.parent, glob.escape(_prefix(path)))
+
+
+def remove_folder_temporaries(folder: str | Path) -> list[Path]:
+    """Remove the temporaries of every writer in `folder` (`.<any name>.<8 random
+    characters>.tmp`, not below it) and return them: what a job killed while writing its run
+    folder left there. Only for a folder one job writes (its run folder, as it starts)."""
+    return _remove_temporaries(Path(folder), ".*.")
+
+
+def _remove_temporaries(folder: Path, prefix: str) -> list[Path]:
+    """Remove the temporaries in `folder` whose name is the glob `prefix`, the random part and
+    the suffix; return them."""
+    stale = sorted(folder.glob(prefix + "?" * _RANDOM_CHARS + glob.escape(_SUFFIX)))
     for tmp in stale:
         if tmp.is_dir() and not tmp.is_symlink():
             shutil.rmtree(tmp)

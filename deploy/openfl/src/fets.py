@@ -1,16 +1,19 @@
-"""The plan's templates (plan/plan.yaml): dpmed's FeTS data loader, task runner, assigner and
-DP-SimAgg aggregation function (`dpmed.fets.openfl_components`). Importing this module also
-makes OpenFL 1.9 run on NumPy >= 2.4 (`dpmed.fets.openfl_compat`); the aggregator and every
-collaborator import it before they decompress a tensor."""
+"""The plan's templates (plan/plan.yaml): dpmed's FeTS aggregator, data loader, task runner,
+assigner and DP-SimAgg aggregation function (`dpmed.fets.openfl_components`). Importing this
+module also applies dpmed's changes to OpenFL 1.9 (`dpmed.fets.openfl_compat`: NumPy >= 2.4,
+the `bind_addr` network setting, no shared port, a warning without TLS); the aggregator and
+every collaborator import it before they serve or decompress a tensor."""
 
-from dpmed.fets.openfl_compat import patch_numpy_reshape
+from dpmed.fets.openfl_compat import patch_openfl
 from dpmed.fets.openfl_components import (
     DPSimAggregation,
+    FetsAggregator,
     FetsAssigner,
     FetsDataLoader,
     FetsTaskRunner,
 )
 
-patch_numpy_reshape()
+patch_openfl()
 
-__all__ = ["DPSimAggregation", "FetsAssigner", "FetsDataLoader", "FetsTaskRunner"]
+__all__ = ["DPSimAggregation", "FetsAggregator", "FetsAssigner", "FetsDataLoader",
+           "FetsTaskRunner"]  # fmt: skip

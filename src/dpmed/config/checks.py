@@ -7,8 +7,9 @@ YAML syntax error in a --configfile, names neither the file nor the line unless 
 
     python -m dpmed.config.checks [FILE ...]    # merged as --configfile; default config/config.yaml
 
-It prints the job counts and notes, or the error (file:line:column for a YAML syntax error or
-a key given twice) and exits 1. Relative `raw:` folders are read from the current directory.
+It prints the job counts and notes, or the error (file:line:column for a YAML syntax error, a
+key given twice or a number that overflows to inf) and exits 1. Relative `raw:` folders are
+read from the current directory.
 """
 
 from __future__ import annotations
@@ -295,9 +296,44 @@ class DuplicateKeyError(yaml.MarkedYAMLError):
     """A key given twice in one YAML mapping (PyYAML would silently keep the last value)."""
 
 
+class NumberOverflowError(yaml.MarkedYAMLError):
+    """A number too large for a float: YAML reads it as ±inf, so `eps: [10, 1.0e+400]` would
+    silently hold the non-private ε = inf (`.inf` is the way to write an infinite value)."""
+
+
+INF_LITERAL = re.compile(r"[-+]?\.(?:inf|Inf|INF)")  # YAML's own spellings of ±inf
+
+
 class StrictLoader(yaml.SafeLoader):
     """`yaml.SafeLoader` that raises `DuplicateKeyError` on a key given twice in one mapping
-    (a `<<:` merge's keys may still be overridden)."""
+    (a `<<:` merge's keys may still be overridden) and `NumberOverflowError` on a number that
+    overflows to ±inf."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        self._refuse_overflow(node, "", set())
+        return super().construct_document(node)
+
+    def _refuse_overflow(self, node: yaml.Node, key: str, seen: set[int]) -> None:
+        """Raise `NumberOverflowError` naming the dotted `key` (`a.b[0]`) and the literal of
+        the first float below `node` that is infinite but not written as `.inf`."""
+        if id(node) in seen:  # an alias (maybe recursive) is checked once
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value in node.value:
+                name = str(key_node.value)
+                self._refuse_overflow(value, f"{key}.{name}" if key else name, seen)
+        elif isinstance(node, yaml.SequenceNode):
+            for index, value in enumerate(node.value):
+                self._refuse_overflow(value, f"{key}[{index}]", seen)
+        elif node.tag == "tag:yaml.org,2002:float" and not INF_LITERAL.fullmatch(node.value):
+            number = self.construct_yaml_float(node)
+            if math.isinf(number):
+                raise NumberOverflowError(
+                    problem=f"key '{key}' has the number {node.value}, which overflows to "
+                    f"{number}; give a finite number, or .inf for an infinite one",
+                    problem_mark=node.start_mark,
+                )
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         first: dict[Any, yaml.Mark] = {}
@@ -318,16 +354,16 @@ class StrictLoader(yaml.SafeLoader):
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
-    """A YAML (or JSON) config file as a mapping. A syntax error or a key given twice names
-    the file, line and column: Snakemake's own loader names neither and keeps the last value
-    of a repeated key."""
+    """A YAML (or JSON) config file as a mapping. A syntax error, a key given twice or a number
+    that overflows to ±inf names the file, line and column (and the key): Snakemake's own
+    loader names neither, keeps the last value of a repeated key and reads 1.0e+400 as inf."""
     try:
         with open(path, encoding="utf-8") as stream:
             config = yaml.load(stream, Loader=StrictLoader)  # noqa: S506 (a SafeLoader)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        if isinstance(err, DuplicateKeyError):
+        if isinstance(err, (DuplicateKeyError, NumberOverflowError)):
             raise ValueError(f"{where}: {err.problem}") from None
         context = ""
         if err.context and err.context_mark:

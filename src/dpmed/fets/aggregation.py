@@ -125,21 +125,24 @@ def paper_release(
     epsilon0: float,
     delta0: float,
     rng: Any,
-) -> tuple[np.ndarray, MechanismInfo]:
+) -> tuple[np.ndarray, MechanismInfo | None]:
     """Algorithm 1 with `rule`'s weights, for one tensor: L2Clip of Algorithm 3 (scalars are
     not clipped), the rule's weights α of the clipped tensors with the L2 distance (line 11),
     the empirical Δf from the neighbour T'_0 = 1·C with the *same* weights — pm − pm' =
     α_0 (T̃_0 − 1·C), lines 19–21 — and the classic Gaussian σ of Algorithm 2. Not a DP
     guarantee: Δf is measured on one neighbour instead of bounded, and the classic σ is proven
-    for ε ≤ 1 only. `rng`: a noise generator (`standard_normal`).
+    for ε ≤ 1 only. `rng`: a noise generator (`standard_normal`). A size-0 tensor releases
+    nothing: it comes back empty, draws no noise and is no mechanism.
 
     Returns:
-        (noisy aggregate, the mechanism applied).
+        (noisy aggregate, the mechanism applied; None for a size-0 tensor).
     """
     from dpmed.privacy.mechanisms import classic_sigma  # scipy: imported on first use
 
     check_clip_norm(clip_norm)
     group = TensorGroup.of(tensors)
+    if group.size == 0:
+        return np.empty(group.shape, group.dtype), None
     if is_weight_or_bias(tensor_name):
         scalar = group.shape == ()
         factors = np.ones(group.n) if scalar else clip_factors(group.sq_norms, clip_norm)[0]
@@ -251,8 +254,8 @@ def _none_release(
 def _paper_release(
     rule: AggregationRule, local: Sequence[LocalTensor], tensor_name: str, cfg: ServerConfig,
     rng: Any,
-) -> tuple[np.ndarray, MechanismInfo]:  # fmt: skip
-    """Algorithm 1 on one tensor at the run's (C, ε0, δ0)."""
+) -> tuple[np.ndarray, MechanismInfo | None]:  # fmt: skip
+    """Algorithm 1 on one tensor at the run's (C, ε0, δ0) (None: a size-0 tensor)."""
     tensors, weights = [t.tensor for t in local], [t.weight for t in local]
     return paper_release(
         rule, tensors, weights, tensor_name, cfg.clip_norm, cfg.epsilon0, cfg.delta0, rng
@@ -501,9 +504,9 @@ def dp_simagg_paper_tensor(
     epsilon0: float,
     delta0: float,
     rng: Any,
-) -> tuple[np.ndarray, MechanismInfo]:
+) -> tuple[np.ndarray, MechanismInfo | None]:
     """Algorithm 1 exactly, for one tensor (`paper_release` of SimAgg; the OpenFL adapter's
-    paper mode)."""
+    paper mode; None: a size-0 tensor, no mechanism)."""
     return paper_release(
         RULES["simagg"], tensors, weights, tensor_name, clip_norm, epsilon0, delta0, rng
     )

@@ -26,10 +26,10 @@ tensors OpenFL passed. A site whose OpenFL stores rounds differently passes its 
   one mechanism) and every tensor of the round is answered from that result.
 
 Both modes screen the round on its first call with the simulation's screen
-(`dpmed.fets.server.screen_round`): a degenerate round raises, and an update with a non-finite
-entry or a norm beyond `MAX_UPDATE_NORM` counts as a zero update, with a warning naming the
-collaborator and the tensor on the logger `dpmed.fets.server`; no tensor with a non-finite
-entry is returned (`check_model`).
+(`dpmed.fets.server.screen_round`): a degenerate round raises, and an update with a tensor of
+another shape, a non-finite entry or a norm beyond `MAX_UPDATE_NORM` counts as a zero update,
+with a warning naming the collaborator and the tensor on the logger `dpmed.fets.server`; no
+tensor with a non-finite entry is returned (`check_model`).
 
 By default the noise of every release comes from fresh OS entropy (`secure_generator` in
 `dpmed.privacy.mechanisms`), so nobody can regenerate and subtract it. Pass `seed` only to
@@ -116,24 +116,26 @@ def openfl_fetch_round(
     for name, tags, value in zip(rows["tensor_name"], rows["tags"], rows["nparray"], strict=True):
         found.setdefault((str(name), tuple(tags)), []).append(value)
 
-    def one(name: str, options: Sequence[tuple[str, ...]]) -> np.ndarray:
+    def one(name: str, options: Sequence[tuple[str, ...]], who: str) -> np.ndarray:
         hits = [value for tags in options for value in found.get((name, tags), [])]
         if len(hits) != 1:
             keys = " or ".join(f"({name!r}, {origin!r}, {fl_round}, False, {t})" for t in options)
-            raise ValueError(f"round {fl_round}: {len(hits)} rows with key {keys}, expected 1")
+            raise ValueError(f"round {fl_round}: {who}, tensor {name!r}: {len(hits)} rows with "
+                             f"key {keys}, expected 1")  # fmt: skip
         return np.asarray(hits[0])
 
     names = [name for name, tags in found if tags == MODEL_TAGS]
     if not names:
         raise ValueError(f"round {fl_round}: no global model rows with origin {origin!r}")
-    global_state = {name: one(name, [MODEL_TAGS]) for name in names}
+    global_state = {name: one(name, [MODEL_TAGS], "the global model") for name in names}
     local = {}
     for col in collaborators:
         options = [collaborator_tags(tags, col) for tags in TRAINED_TAGS]
         extra = sorted({name for name, tags in found if tags in options} - set(names))
         if extra:
-            raise ValueError(f"round {fl_round}: {col!r} trained {extra}, not in the model")
-        local[col] = {name: one(name, options) for name in names}
+            raise ValueError(f"round {fl_round}: collaborator {col!r} sent tensors {extra}, not "
+                             "in the model")  # fmt: skip
+        local[col] = {name: one(name, options, f"collaborator {col!r}") for name in names}
     return global_state, local
 
 
@@ -236,6 +238,8 @@ class _Paper(DPSimAggFunction):
             noise_generator(cfg.seed, fl_round + self.first_round, tensor_name),
         )  # fmt: skip
         check_model({tensor_name: out}, f"round {fl_round}: the aggregate")
+        if info is None:  # a size-0 tensor: no mechanism
+            return out
         self.infos.append(info)
         sigmas = [i.sigma for i in self.infos]
         self._record(fl_round, RoundMechanisms(

@@ -14,6 +14,13 @@ deploy/openfl/, launcher `dpmed.fets.openfl_deploy`).
   round it appends the round's privacy record to `<output_dir>/dp_rounds.jsonl` and writes the
   released global model to `<output_dir>/released_model.npz` (OpenFL's last.pbuf holds the
   model a round started from, never the final aggregate).
+- `FetsAggregator`: OpenFL's aggregator that stops the federation instead of waiting forever
+  (OpenFL 1.9 waits for every collaborator of a round, and a round it cannot aggregate hangs it):
+  a round not ended `round_timeout` s after it started names the collaborators that have not
+  reported; a round whose uploads lack a tensor of the model or hold one it lacks names the
+  collaborator and the tensor. It logs the error, writes it to `<output_dir>/dp_failure.txt`
+  and exits with code 1. A tensor of another shape or with a non-finite entry is screened by
+  `DPSimAggregation` instead (a zero update, counted in the round's record).
 
 Collaborator names are the FeTS partition ids ("1", "2", ...): the schedule is drawn over them
 and each collaborator's training seed includes its name, as in the simulation.
@@ -22,13 +29,16 @@ and each collaborator's training seed includes its name, as in the simulation.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from openfl.component.aggregator.aggregator import Aggregator
 from openfl.component.assigner.assigner import Assigner
 from openfl.federated.data.loader import DataLoader
 from openfl.federated.task.runner import TaskRunner
@@ -39,14 +49,15 @@ from dpmed.data import fets
 from dpmed.fets import selection
 from dpmed.fets.brats import LABEL_VALUES
 from dpmed.fets.collaborator import Collaborator, LocalTraining, load_numpy_state, state_to_numpy
-from dpmed.fets.openfl_adapter import fets_dp_simagg
+from dpmed.fets.openfl_adapter import fets_dp_simagg, openfl_fetch_round
 from dpmed.fets.run import MODEL
 from dpmed.models import build_model
 from dpmed.runtime import seed_everything, select_device
 from dpmed.seeding import stable_seed
 
 TRAIN, VALIDATE = "train", "aggregated_model_validation"
-RECORDS, RELEASED = "dp_rounds.jsonl", "released_model.npz"
+RECORDS, RELEASED, FAILURE = "dp_rounds.jsonl", "released_model.npz", "dp_failure.txt"
+logger = logging.getLogger(__name__)
 
 
 class FetsDataLoader(DataLoader):
@@ -234,3 +245,46 @@ class DPSimAggregation(PrivilegedAggregationFunction):
         os.replace(partial, self.output / RELEASED)
         with open(self.output / RECORDS, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(self.func.records[-1], default=float) + "\n")
+
+
+class FetsAggregator(Aggregator):
+    """OpenFL's `Aggregator` with a round timeout and a check of each round's uploads before
+    OpenFL aggregates them (module docstring); `round_timeout` in seconds."""
+
+    def __init__(self, *args: Any, round_timeout: float = 300.0, output_dir: str = "save",
+                 **kwargs: Any) -> None:  # fmt: skip
+        super().__init__(*args, **kwargs)
+        self.round_timeout, self.output = float(round_timeout), Path(output_dir)
+        self._start_timer()
+
+    def _start_timer(self) -> None:
+        timer = threading.Timer(self.round_timeout, self._check_stalled, [self.round_number])
+        timer.daemon = True
+        timer.start()
+
+    def _check_stalled(self, fl_round: int) -> None:
+        """Stop when OpenFL's round `fl_round` is still running (the timer's thread)."""
+        if self.round_number == fl_round and not self._time_to_quit():
+            missing = [c for c in self.authorized_cols if c not in self.collaborators_done]
+            self._fail(f"OpenFL round {fl_round}: collaborators {missing} have not reported "
+                       f"within the round timeout of {self.round_timeout:g} s (stalled or "
+                       "unreachable)")  # fmt: skip
+
+    def _end_of_round_check(self) -> None:
+        fl_round = self.round_number
+        if not self._end_of_round_check_done[fl_round]:
+            chosen = self.assigner.get_collaborators_for_task(TRAIN, fl_round)
+            try:
+                openfl_fetch_round(self.tensor_db, fl_round, chosen, origin=self.uuid)
+            except ValueError as err:
+                self._fail(f"OpenFL {err}; the round cannot be aggregated")
+        super()._end_of_round_check()
+        if self.round_number != fl_round and not self._time_to_quit():
+            self._start_timer()
+
+    def _fail(self, error: str) -> None:
+        """Log `error`, write it for the launcher and end the aggregator process (exit 1)."""
+        logger.error("the federation stops: %s", error)
+        self.output.mkdir(parents=True, exist_ok=True)
+        (self.output / FAILURE).write_text(error + "\n", encoding="utf-8")
+        os._exit(1)

@@ -1,25 +1,37 @@
 """DP-SimAgg in a real OpenFL 1.9 federation on one machine: an aggregator process and one
-collaborator process per FeTS partition, over gRPC on 127.0.0.1 (TLS off), started with
-OpenFL's own `fx` commands from the workspace template deploy/openfl/.
+collaborator process per FeTS partition, over gRPC with the aggregator listening on 127.0.0.1
+only (TLS off: an `INSECURE` warning on every start), started with OpenFL's own `fx` commands
+from the workspace template deploy/openfl/.
 
     python -m dpmed.fets.openfl_deploy --out DIR [--processed PROC] [--partitions 1,2,3]
         [--config config/smoke.yaml] [--set rounds=2 ...] [--dpmode sound --eps 1]
-        [--seeded-noise] [--timeout 600]
+        [--seeded-noise] [--timeout 600] [--round-timeout 300]
+
+Before anything starts, every `--set KEY=VALUE` (a `fets.defaults` key), `--eps`, `--dpmode` and
+`--seed` is checked as the workflow checks a config (`dpmed.config.checks.check_config`, the
+cell appended to the config's fets grid); a bad value stops the launcher naming its key. One
+launch per DIR: a second one on the same folder stops at once (`DIR/.lock`, held while the
+launcher runs) and touches nothing.
 
 Steps: each partition's subjects become a site folder (DIR/sites/<id>: its splits.csv rows,
 subjects/ linked), the workspace is copied to DIR/workspace and its plan filled with the fets
 job's parameters, common seeds and a free port; `fx plan initialize` writes the initial model
 (seeded as the simulation's), then `fx aggregator start` and `fx collaborator start -n <id>`
-run until the aggregator ends. A collaborator that dies stops the federation with an error
-(OpenFL 1.9's default WaitForAllPolicy waits for every collaborator of a round forever), and
-so does the timeout; every process is stopped by pid (`dpmed.federation_processes`).
+run until the aggregator ends. OpenFL 1.9 waits for every collaborator of a round forever,
+so the federation stops with an error: when a collaborator dies (naming it), when a round has
+not ended `--round-timeout` s after it began (the aggregator names the collaborators that have
+not reported, `openfl_components.FetsAggregator`), when a round's uploads lack a tensor of the
+model or hold one it lacks (the aggregator names the collaborator and the tensor; a tensor of
+another shape or with a non-finite entry is screened as a zero update instead), at the
+`--timeout`, and on SIGTERM or SIGINT to the launcher (naming the signal). Every process group
+is stopped (`dpmed.federation_processes`) and the outputs are written in each case.
 
-Outputs in DIR: processes.json (name, pid, ports, command, log, exit code of every process),
-logs/, model.pt (the last released global model, `dpmed.models.save_model`), privacy.json
-(dpmed's fets record over the released rounds, `dpmed.fets.privacy.privacy_record`, plus
-`extra.deployment`: engine, rounds planned, released and not released, status) and
-federation.json (status, error, wall seconds). Rounds count from 1 as in `dpmed.fets.run`
-(OpenFL's round r is round r + 1 here).
+Outputs in DIR: processes.json (name, pid, ports, command, log, exit code of every process;
+rewritten as each process starts), logs/, model.pt (the last released global model,
+`dpmed.models.save_model`), privacy.json (dpmed's fets record over the released rounds,
+`dpmed.fets.privacy.privacy_record`, plus `extra.deployment`: engine, rounds planned, released
+and not released, status) and federation.json (status, error, wall seconds). Rounds count from
+1 as in `dpmed.fets.run` (OpenFL's round r is round r + 1 here).
 
 `--seeded-noise` seeds the server's noise with the job seed, as the simulation does, so the
 federation reproduces `dpmed.fets.run` (tests); without it the noise comes from OS entropy, as
@@ -29,6 +41,7 @@ a deployment must (anyone who knows the seed can subtract the noise).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import shutil
@@ -44,11 +57,12 @@ import pandas as pd
 import yaml
 
 from dpmed import federation_processes as fp
-from dpmed.config.checks import REPO, load_configs
+from dpmed.config.checks import REPO, check_config, load_configs
 from dpmed.config.grid import common_seed, job_seed
 from dpmed.config.wildcards import parse_eps
 from dpmed.data import fets
 from dpmed.data.stage import synthetic_processed
+from dpmed.errors import ConfigError
 from dpmed.fets import privacy
 from dpmed.fets.brats import LABEL_VALUES
 from dpmed.fets.grid import aggregator_name
@@ -60,7 +74,8 @@ TEMPLATE = REPO / "deploy" / "openfl"
 ENGINE = "OpenFL 1.9 (TaskRunner API, gRPC)"
 TASK_RUNNER_KEYS = ("base_filters", "depth", "norm", "local_epochs", "lr", "batch_size",
                     "patch_size", "patches_per_subject", "hd95")  # fmt: skip
-RECORDS, RELEASED = "dp_rounds.jsonl", "released_model.npz"  # openfl_components' outputs
+# openfl_components' outputs
+RECORDS, RELEASED, FAILURE = "dp_rounds.jsonl", "released_model.npz", "dp_failure.txt"
 OUTPUTS = ("workspace", "logs", "model.pt", "privacy.json", "federation.json", "processes.json")
 
 
@@ -115,13 +130,14 @@ def server_config(params: Mapping[str, Any], wildcards: Mapping[str, str],
 
 
 def fill_plan(plan: dict, params: Mapping[str, Any], wildcards: Mapping[str, str],
-              cfg: ServerConfig, port: int) -> dict:  # fmt: skip
+              cfg: ServerConfig, port: int, round_timeout: float = 300.0) -> dict:  # fmt: skip
     """The template plan with the job's rounds, training parameters, common seeds (init,
-    local, schedule), DP settings and the aggregator's port."""
+    local, schedule), DP settings, the aggregator's port and round timeout (s)."""
     if cfg.aggregator != "dp_simagg" or cfg.epsilon0 is None:
         raise ValueError("the OpenFL deployment runs DP-SimAgg (aggregator dp_simagg, a DP "
                          f"mode and a finite eps0), not {cfg.aggregator}/{cfg.dpmode}")  # fmt: skip
-    plan["aggregator"]["settings"]["rounds_to_train"] = int(params["rounds"])
+    plan["aggregator"]["settings"].update(rounds_to_train=int(params["rounds"]),
+                                          round_timeout=float(round_timeout))  # fmt: skip
     runner = plan["task_runner"]["settings"]
     runner.update({key: params[key] for key in TASK_RUNNER_KEYS})
     runner["patch_size"] = [int(p) for p in params["patch_size"]]
@@ -157,30 +173,30 @@ def fx_command(*args: str) -> list[str]:
 
 def run_federation(workspace: Path, out: Path, collaborators: Sequence[str], port: int,
                    timeout: float, progress: Progress) -> tuple[list[fp.Process], str]:  # fmt: skip
-    """Start the aggregator and the collaborators, wait until the aggregator ends, a process
-    fails or `timeout` s pass, printing a `progress` line per released round; stop everything
-    by pid. Returns (processes, error or '')."""
+    """Start the aggregator and the collaborators (processes.json rewritten at each start),
+    wait until the aggregator ends, a process fails, `timeout` s pass or the launcher gets
+    SIGTERM/SIGINT (within `fp.terminated_by_signals`), printing a `progress` line per released
+    round; stop every process group. Returns (processes, error or '')."""
     logs, procs, error = out / "logs", [], ""
     deadline = time.monotonic() + timeout
+
+    def started(name: str, args: Sequence[str], log: str, **ports: int) -> fp.Process:
+        procs.append(fp.start(name, fx_command(*args), logs / log, cwd=workspace, ports=ports))
+        write_json(out / "processes.json", fp.process_table(procs))
+        return procs[-1]
+
     try:
-        init = fp.start("plan-initialize", fx_command("plan", "initialize"),
-                        logs / "plan_initialize.log", cwd=workspace)  # fmt: skip
-        procs.append(init)
+        init = started("plan-initialize", ["plan", "initialize"], "plan_initialize.log")
         while init.alive() and time.monotonic() < deadline:
             time.sleep(0.2)
         if init.popen.poll() != 0:
             return procs, f"fx plan initialize failed; log {init.log_path}:\n{init.log_tail()}"
-        agg = fp.start("aggregator", fx_command("aggregator", "start"), logs / "aggregator.log",
-                       cwd=workspace, ports={"grpc": port})  # fmt: skip
-        procs.append(agg)
+        agg = started("aggregator", ["aggregator", "start"], "aggregator.log", grpc=port)
         fp.wait_for_port(port, max(1.0, deadline - time.monotonic()), [agg])
-        cols = [fp.start(f"collaborator-{c}", fx_command("collaborator", "start", "-n", c),
-                         logs / f"collaborator_{c}.log", cwd=workspace)
-                for c in collaborators]  # fmt: skip
-        procs += cols
-        write_json(out / "processes.json", fp.process_table(procs))
+        cols = [started(f"collaborator-{c}", ["collaborator", "start", "-n", c],
+                        f"collaborator_{c}.log") for c in collaborators]  # fmt: skip
         released = RoundProgress(fp.NewLines(workspace / "save" / RECORDS), progress)
-        error = watch(agg, cols, deadline, released.report)
+        error = watch(agg, cols, deadline, released.report, workspace / "save" / FAILURE)
         released.report()  # the rounds released since the last check
     except fp.FederationProcessError as err:
         error = str(err)
@@ -207,10 +223,11 @@ class RoundProgress:
 
 
 def watch(agg: fp.Process, cols: Sequence[fp.Process], deadline: float,
-          on_tick: Callable[[], None]) -> str:  # fmt: skip
+          on_tick: Callable[[], None], failure: Path) -> str:  # fmt: skip
     """Wait for the aggregator to end, calling `on_tick` between checks; '' when it ended well
     and every collaborator quit cleanly, else the error (a collaborator that died, the
-    aggregator's failure, a timeout)."""
+    aggregator's failure: the error it wrote to `failure` when it stopped the federation, else
+    its log; a timeout)."""
     while agg.alive():
         on_tick()
         for col in cols:
@@ -224,6 +241,8 @@ def watch(agg: fp.Process, cols: Sequence[fp.Process], deadline: float,
             return "the federation did not end before the timeout; stopped"
         time.sleep(0.2)
     if agg.popen.returncode != 0:
+        if failure.exists():
+            return f"the aggregator stopped the federation: {failure.read_text().strip()}"
         return f"the aggregator exited with code {agg.popen.returncode}:\n{agg.log_tail()}"
     for col in cols:  # told to quit: they leave within a poll interval
         while col.alive() and time.monotonic() < deadline:
@@ -288,42 +307,81 @@ def deploy(
     seeded_noise: bool = False,
     timeout: float = 600.0,
     template: Path = TEMPLATE,
+    round_timeout: float = 300.0,
 ) -> Outcome:
-    """Run one federation (module docstring); raises `FederationProcessError` after writing
-    the outputs when it failed."""
+    """Run one federation (module docstring) under `out`'s lock; raises
+    `FederationProcessError` after writing the outputs when it failed (before touching `out`
+    when another launch holds it)."""
     out = Path(out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in (out / name for name in OUTPUTS):  # a previous run's, in this folder
-        if stale.is_dir():
-            shutil.rmtree(stale)
-        else:
-            stale.unlink(missing_ok=True)
-    cfg = server_config(params, wildcards, job_seed("fets", wildcards) if seeded_noise else None)
-    sites = site_folders(Path(processed), out / "sites", partitions)
-    port = fp.free_port()
-    plan = fill_plan(yaml.safe_load((template / "plan" / "plan.yaml").read_text()), params,
-                     wildcards, cfg, port)  # fmt: skip
-    workspace = out / "workspace"
-    make_workspace(workspace, template, plan, sites)
-    start = time.monotonic()
-    label = f"openfl {wildcards['aggregator']} {wildcards['dpmode']} eps0={wildcards['eps']}"
-    procs, error = run_federation(workspace, out, list(sites), port, timeout,
-                                  Progress(label, int(params["rounds"])))  # fmt: skip
-    write_json(out / "processes.json", fp.process_table(procs))
-    released = len(read_records(workspace / "save"))
-    outcome = Outcome("failed" if error else "complete", error, int(params["rounds"]), released,
-                      time.monotonic() - start)  # fmt: skip
-    write_outputs(out, workspace, params, cfg, outcome)
-    if error:
-        raise fp.FederationProcessError(error)
-    return outcome
+    with fp.launch_lock(out), fp.terminated_by_signals():
+        for stale in (out / name for name in OUTPUTS):  # a previous run's, in this folder
+            if stale.is_dir():
+                shutil.rmtree(stale)
+            else:
+                stale.unlink(missing_ok=True)
+        noise_seed = job_seed("fets", wildcards) if seeded_noise else None
+        cfg = server_config(params, wildcards, noise_seed)
+        sites = site_folders(Path(processed), out / "sites", partitions)
+        port = fp.free_port()
+        plan = fill_plan(yaml.safe_load((template / "plan" / "plan.yaml").read_text()), params,
+                         wildcards, cfg, port, round_timeout)  # fmt: skip
+        if not plan["network"]["settings"]["use_tls"]:
+            print(f"INSECURE: the OpenFL federation in {out} runs gRPC without TLS or client "
+                  "authentication (network.settings.use_tls false); the aggregator listens on "
+                  f"{plan['network']['settings'].get('bind_addr', '[::]')}:{port}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        workspace = out / "workspace"
+        make_workspace(workspace, template, plan, sites)
+        start = time.monotonic()
+        label = f"openfl {wildcards['aggregator']} {wildcards['dpmode']} eps0={wildcards['eps']}"
+        procs, error = run_federation(workspace, out, list(sites), port, timeout,
+                                      Progress(label, int(params["rounds"])))  # fmt: skip
+        write_json(out / "processes.json", fp.process_table(procs))
+        released = len(read_records(workspace / "save"))
+        outcome = Outcome("failed" if error else "complete", error, int(params["rounds"]), released,
+                          time.monotonic() - start)  # fmt: skip
+        write_outputs(out, workspace, params, cfg, outcome)
+        if error:
+            raise fp.FederationProcessError(error)
+        return outcome
+
+
+def checked_settings(config: Mapping[str, Any], sets: Sequence[tuple[str, Any]], dpmode: str,
+                     eps: str, seed: str, files: Sequence[Path]) -> dict[str, Any]:  # fmt: skip
+    """The fets parameters of a launch: `config`'s fets.defaults with `sets` applied, checked
+    with the launch's cell (dp_simagg, `dpmode`, `eps`, `seed`) appended to its fets grid as
+    the workflow checks a config; raises naming the key (and the option) of a bad value."""
+    config = copy.deepcopy(dict(config))
+    config["fets"]["defaults"].update(dict(sets))
+    try:
+        eps0 = parse_eps(eps)
+    except ValueError:
+        raise ConfigError("--eps", f"got {eps!r}; eps0 is a positive number") from None
+    if not seed.isdigit():
+        raise ConfigError("--seed", f"got {seed!r}; the seed wildcard is an integer >= 0")
+    cell = {"aggregators": ["dp_simagg"], "dpmodes": [dpmode], "eps": [eps0], "seeds": [int(seed)]}
+    config["fets"]["grid"] = [*config["fets"]["grid"], cell]
+    check_config(config, REPO / "config" / "schema.yaml", files)
+    return config["fets"]["defaults"]
 
 
 def _value(text: str) -> tuple[str, Any]:
+    """KEY=VALUE with VALUE read as YAML, a number YAML 1.1 leaves a string (1e-5) as a float."""
     key, _, value = text.partition("=")
     if not value:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key, yaml.safe_load(value)
+    parsed = yaml.safe_load(value)
+    try:
+        return key, float(parsed) if isinstance(parsed, str) else parsed
+    except ValueError:
+        return key, parsed
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -345,17 +403,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", default="0", help="seed wildcard (common seeds)")
     parser.add_argument("--seeded-noise", action="store_true", help="seed the server noise "
                         "with the job seed, as the simulation (never in a deployment)")  # fmt: skip
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds before stopping")
+    parser.add_argument("--timeout", type=_seconds, default=600.0, help="seconds before stopping")
+    parser.add_argument("--round-timeout", type=_seconds, default=300.0, help="seconds a round "
+                        "may take before the aggregator stops the federation")  # fmt: skip
     args = parser.parse_args(argv)
+    from snakemake_interface_common.exceptions import WorkflowError  # the schema check's error
+
     config = load_configs([args.config])
-    params = {**config["fets"]["defaults"], **dict(args.set)}
+    try:
+        params = checked_settings(config, args.set, args.dpmode, args.eps, args.seed,
+                                  [args.config])  # fmt: skip
+    except (ValueError, WorkflowError) as err:  # a ConfigError is a ValueError
+        parser.exit(2, f"{parser.prog}: refused before starting anything: {err}\n")
     wildcards = {"aggregator": "dp_simagg", "dpmode": args.dpmode, "eps": args.eps,
                  "seed": args.seed}  # fmt: skip
     partitions = [int(p) for p in args.partitions.split(",")]
-    processed = prepare_data(args.out.resolve(), config, args.processed)
+    out = args.out.resolve()
     try:
-        outcome = deploy(args.out, processed, params, wildcards, partitions, args.seeded_noise,
-                         args.timeout)  # fmt: skip
+        with fp.launch_lock(out):
+            processed = prepare_data(out, config, args.processed)
+            outcome = deploy(out, processed, params, wildcards, partitions, args.seeded_noise,
+                             args.timeout, round_timeout=args.round_timeout)  # fmt: skip
     except fp.FederationProcessError as err:
         print(f"federation failed: {err}", file=sys.stderr)
         return 1

@@ -264,7 +264,8 @@ class RoundTensors:
         return sum(blocks, np.zeros((len(column), self.n))).T
 
     def gram(self, scale: Sequence[float] | None = None) -> np.ndarray:
-        """The basis Gram matrix of the whole model (`TensorGroup.gram` summed over tensors)."""
+        """The basis Gram matrix of the whole model (`TensorGroup.gram` summed over tensors;
+        zeros when the model has no values: size-0 tensors add nothing)."""
         n = self.n
         c = None if scale is None else np.asarray(scale, dtype=np.float64)
 
@@ -279,7 +280,9 @@ class RoundTensors:
             return b @ b.T  # one BLAS product (numpy takes b·bᵀ as a symmetric rank update)
 
         with _blas().limit(limits=1, user_api="blas"):  # module docstring
-            return sum(parallel.map_blocks(block_gram, self._row_blocks()))
+            return sum(
+                parallel.map_blocks(block_gram, self._row_blocks()), np.zeros((n + 1, n + 1))
+            )
 
     def combine(
         self, beta: Sequence[float], noise: Noise | None = None, sigma: float = 0.0

@@ -7,8 +7,9 @@ weight) triples and the current global state; data-size weights are normalised t
 the round. Before any rule sees the round, `screen_round` checks it, in the one place the
 simulation and the OpenFL adapter share: a round without collaborators, with weights that are
 not finite, ≥ 0 and of positive sum, or a global model with a non-finite entry raises; a
-collaborator whose update has a non-finite entry or a norm beyond `MAX_UPDATE_NORM` is
-rejected, logged with the tensor at fault, and counts as a zero update (it contributes the
+collaborator whose update is malformed (a tensor of the global model missing, one it lacks, a
+shape that differs), has a non-finite entry or a norm beyond `MAX_UPDATE_NORM` is rejected,
+logged with the tensor at fault, and counts as a zero update (it contributes the
 global model unchanged, keeps its weight and its place in the count m; docs/privacy.md, "One
 bad collaborator"). An aggregate with a non-finite entry is never returned (`check_model`).
 
@@ -37,8 +38,9 @@ from dpmed.seeding import stable_seed
 
 @dataclass(frozen=True)
 class Rejection:
-    """A collaborator update the server refused, and why: the first tensor with a non-finite
-    entry, else the tensor of largest norm of an update beyond `MAX_UPDATE_NORM`."""
+    """A collaborator update the server refused, and why: the first tensor missing, extra or
+    of another shape than the global model's, else the first with a non-finite entry, else the
+    tensor of largest norm of an update beyond `MAX_UPDATE_NORM`."""
 
     collaborator: str
     tensor: str
@@ -110,34 +112,50 @@ class ScreenedRound:
     rejected: tuple[Rejection, ...]
 
 
+def _malformed(
+    state: Mapping[str, np.ndarray], global_state: Mapping[str, np.ndarray]
+) -> tuple[str, str] | None:
+    """(tensor, reason) when `state` lacks a tensor of `global_state`, holds one of another
+    shape or one the global model lacks; None when its tensors match the global model's."""
+    for name, value in global_state.items():
+        if name not in state:
+            return name, "missing from the update"
+        if np.shape(state[name]) != np.shape(value):
+            return name, f"shape {np.shape(state[name])}, expected {np.shape(value)}"
+    extra = sorted(set(state) - set(global_state))
+    return (extra[0], "not in the global model") if extra else None
+
+
 def screen_round(
     global_state: Mapping[str, np.ndarray], local: Sequence[Local], fl_round: int
 ) -> ScreenedRound:
     """Check one round before any rule uses it (the simulation's server and the OpenFL
     adapter both call this). Raises on 0 collaborators, on weights that are not finite, ≥ 0
     and of positive sum, and on a global model that fails `check_model`. Rejects, with a
-    warning naming the collaborator and the tensor, each update u_i = w_i − w_global with a
-    non-finite entry or ‖u_i‖ > `MAX_UPDATE_NORM` (float64 norms, `RoundTensors.sq_norms`):
-    it is replaced by the zero update and keeps its weight and its place in the count."""
+    warning naming the collaborator and the tensor, each update that is malformed
+    (`_malformed`) or whose u_i = w_i − w_global has a non-finite entry or ‖u_i‖ >
+    `MAX_UPDATE_NORM` (float64 norms, `RoundTensors.sq_norms`): it is replaced by the zero
+    update and keeps its weight and its place in the count."""
     weights = normalised_weights([w for _, _, w in local])
     check_model(global_state, f"round {fl_round}: the global model")
-    updates = RoundTensors.updates(global_state, [state for _, state, _ in local])
+    faults = [_malformed(state, global_state) for _, state, _ in local]
+    states = [global_state if f else state for f, (_, state, _) in zip(faults, local, strict=True)]
+    updates = RoundTensors.updates(global_state, states)
     names = list(global_state)
-    screened: list[Local] = []
-    rejected: list[Rejection] = []
-    for (name, state, _), weight, sq in zip(local, weights, updates.sq_norms, strict=True):
-        found = _fault(sq, state, names)
-        if found is not None:
-            rejected.append(Rejection(name, *found))
-            logger.warning(
-                "round %d: rejected the update of collaborator %r (tensor %r: %s); it counts "
-                "as a zero update (the global model unchanged)", fl_round, name, *found,
-            )  # fmt: skip
-            state = global_state
-        screened.append((name, state, float(weight)))
+    for i, sq in enumerate(updates.sq_norms):
+        faults[i] = faults[i] or _fault(sq, states[i], names)
+    rejected = tuple(Rejection(c, *f) for f, (c, _, _) in zip(faults, local, strict=True) if f)
+    for r in rejected:
+        logger.warning(
+            "round %d: rejected the update of collaborator %r (tensor %r: %s); it counts as a "
+            "zero update (the global model unchanged)", fl_round, r.collaborator, r.tensor,
+            r.reason,
+        )  # fmt: skip
+    screened = [(c, global_state if f else state, float(w))
+                for f, (c, state, _), w in zip(faults, local, weights, strict=True)]  # fmt: skip
     if rejected:
         updates = RoundTensors.updates(global_state, [state for _, state, _ in screened])
-    return ScreenedRound(screened, updates, tuple(rejected))
+    return ScreenedRound(screened, updates, rejected)
 
 
 def noise_generator(seed: int | None, *stream: object) -> NormalSource:

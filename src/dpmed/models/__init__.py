@@ -164,17 +164,19 @@ def save_model(path: str | Path, name: str, arguments: Mapping[str, Any], net: n
 def load_model(path: str | Path, device: Any = "cpu") -> nn.Module:
     """The network saved by `save_model`, on `device` and in eval mode. Loaded without running
     pickled code: anything but plain tensors and data is a `DataFormatError`, and so is a
-    model name, argument or parameter count outside `LIMITS` (checked before allocating)."""
+    model name, argument or parameter count outside `LIMITS` or a weight the declared network
+    lacks or has in another shape. Nothing is allocated before these checks: the file's
+    records must be stored uncompressed and its tensors map the file (`load_state`)."""
     from dpmed.checkpoint import CheckpointRefused, load_state
 
     try:
-        saved = load_state(path)
+        saved = load_state(path, mmap=True)
     except CheckpointRefused as refused:
         raise DataFormatError(path, f"not a dpmed model file: {refused}") from refused
     name, arguments = saved.get("model"), saved.get("arguments")
     if not isinstance(name, str) or not isinstance(arguments, dict):
         raise DataFormatError(path, "not a dpmed model file: no 'model' name and 'arguments'")
-    check_arguments(path, name, arguments)
+    check_weights(path, check_arguments(path, name, arguments), saved.get("state_dict"))
     net = build_model(name, **arguments)
     try:
         net.load_state_dict(saved.get("state_dict"))
@@ -183,10 +185,11 @@ def load_model(path: str | Path, device: Any = "cpu") -> nn.Module:
     return net.to(device).eval()
 
 
-def check_arguments(path: str | Path, name: str, arguments: Mapping[str, Any]) -> None:
+def check_arguments(path: str | Path, name: str, arguments: Mapping[str, Any]) -> nn.Module:
     """Refuse, naming `path`, a model `name` that is not registered and `arguments` its
     constructor does not declare, outside its kind's `LIMITS`, that do not build, or that
-    build more parameters than the limit (counted on the meta device: nothing is allocated)."""
+    build more parameters than the limit (counted on the meta device: nothing is allocated).
+    Returns the network built on the meta device."""
     import torch
 
     if name not in MODELS:
@@ -216,3 +219,30 @@ def check_arguments(path: str | Path, name: str, arguments: Mapping[str, Any]) -
             f"model '{name}' with {dict(arguments)} has {count:,} parameters, above the "
             f"{kind} limit of {limits.max_parameters:,}",
         )
+    return shape
+
+
+def check_weights(path: str | Path, shape: nn.Module, state_dict: Any) -> None:
+    """Refuse, naming `path` and the tensor, a `state_dict` that is not exactly the tensors of
+    `shape` (the declared network on the meta device): an entry it lacks, one it does not have,
+    one that is no tensor or has another shape. Reads shapes only, never a tensor's values."""
+    import torch
+
+    fault = "weights do not fit the saved architecture"
+    if not isinstance(state_dict, Mapping):
+        raise DataFormatError(path, f"{fault}: 'state_dict' is a {type(state_dict).__name__}")
+    expected = shape.state_dict()
+    for key, value in state_dict.items():
+        if key not in expected:
+            raise DataFormatError(path, f"{fault}: the network has no tensor {key!r}")
+        if not isinstance(value, torch.Tensor):
+            raise DataFormatError(path, f"{fault}: {key!r} is a {type(value).__name__}")
+        if value.shape != expected[key].shape:
+            raise DataFormatError(
+                path,
+                f"{fault}: tensor {key!r} has shape {tuple(value.shape)}, the network's "
+                f"{tuple(expected[key].shape)}",
+            )
+    missing = [key for key in expected if key not in state_dict]
+    if missing:
+        raise DataFormatError(path, f"{fault}: tensor {missing[0]!r} is missing")

@@ -27,6 +27,8 @@ from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
 if TYPE_CHECKING:
+    import torch
+
     from dpmed.privacy.normals import NormalSource
 
 
@@ -126,6 +128,34 @@ def secure_generator() -> NormalSource:
     from dpmed.privacy.normals import NormalSource  # imported on first use
 
     return NormalSource(secrets.randbits(128))
+
+
+# torch's CPU generator state (`Generator.get_state`, torch 2.x): the initial seed (8 bytes),
+# `left` and `seeded` (4 each), `next` (8), then MT19937's 624 words, one per 8 bytes.
+MT_LEFT, MT_WORDS_AT, MT_WORDS = 8, 24, 624
+
+
+def secret_torch_generator(device: str | torch.device = "cpu") -> torch.Generator:
+    """A torch generator whose whole state comes from the OS CSPRNG, for noise or samples
+    nobody else may reproduce. `manual_seed` would not do on CPU: torch's MT19937 keeps only
+    the low 32 bits of a seed, so a secret 63-bit seed leaves 2^32 candidates, few enough to
+    search for the noise in a released update. On CPU all 624 state words are drawn (19,968
+    bits); on CUDA (Philox, 64-bit seeds) a 64-bit seed. MT19937 is not a CSPRNG (624 raw
+    outputs give its state away), so none of its raw draws may leave the node."""
+    import numpy as np
+    import torch
+
+    generator = torch.Generator(device=device)
+    if generator.device.type != "cpu":
+        return generator.manual_seed(secrets.randbits(64))
+    probe = torch.Generator().manual_seed(5).get_state().numpy()
+    if probe[MT_WORDS_AT] != 5 or probe[MT_LEFT] != 1:  # the layout this code writes
+        raise RuntimeError(f"torch {torch.__version__}: unknown CPU generator state layout")
+    state = probe.copy()
+    words = np.frombuffer(secrets.token_bytes(4 * MT_WORDS), dtype="<u4").astype("<u8")
+    state[MT_WORDS_AT : MT_WORDS_AT + 8 * MT_WORDS] = words.view(np.uint8)
+    state[:MT_LEFT] = 0  # no initial seed to report; `left` = 1: twist before the first draw
+    return generator.set_state(torch.from_numpy(state)) or generator
 
 
 def noise_source(seed: int | None) -> str:

@@ -10,11 +10,13 @@ filter); the client knows its method only as a `TrainingMethod`, so this module 
 the methods, which use it. The client sends the server only its model tensors and its ledger
 (`ClientUpdate`).
 
-Its randomness comes from three generators (`ClientSeeds`): the Poisson samples of the gradient
+Its randomness comes from four generators (`ClientSeeds`): the Poisson samples of the gradient
 steps and those of XCal-FL's signal are seeded by the run's seed block only, so runs that differ
 only in method or ε see the same batches (common random numbers: the sample rate q does not
-depend on either); the Gaussian noise (and a random σ_t) comes from the job's own seed,
-independent per mechanism.
+depend on either); the Gaussian noise comes from the job's own seed, independent per mechanism.
+The random-σ_t control's draws come from a fourth generator of the seed block: each σ_t it
+draws is sent to the server, so drawn from the noise generator they would give its state away
+(some 800 MT19937 outputs at known positions determine it) and with it every noise value.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from torch import nn
 
 from dpmed.privacy.accounting import noise_multiplier
 from dpmed.privacy.dpsgd import clipped_grad_sum, noisy_step, opacus_clip_factors, trainable
+from dpmed.privacy.mechanisms import secret_torch_generator
 
 
 @dataclass
@@ -91,12 +94,25 @@ class TrainingMethod(Protocol):
 @dataclass(frozen=True)
 class ClientSeeds:
     """Seeds of a client's generators: `sampling` (the gradient steps' Poisson samples) and
-    `signal` (the signal's own samples), shared by every run of a seed block, and `noise` (the
-    Gaussian noise and any random σ_t), the job's own."""
+    `signal` (the signal's own samples), shared by every run of a seed block, `noise` (the
+    Gaussian noise), the job's own, and `control` (the random-σ_t control's σ_t, which the
+    server sees; 0 for a view that never trains). None: a secret generator drawn from the OS
+    CSPRNG (`dpmed.privacy.mechanisms.secret_torch_generator`)."""
 
-    sampling: int
-    signal: int
-    noise: int
+    sampling: int | None
+    signal: int | None
+    noise: int | None
+    control: int | None = 0
+
+
+SECRET_SEEDS = ClientSeeds(None, None, None, None)
+
+
+def generator(seed: int | None, device: str | torch.device = "cpu") -> torch.Generator:
+    """A generator on `device` seeded with `seed`, or a secret one when `seed` is None."""
+    if seed is None:
+        return secret_torch_generator(device)
+    return torch.Generator(device=device).manual_seed(seed)
 
 
 @dataclass
@@ -129,8 +145,8 @@ class Client:
 
     __slots__ = (
         "index", "x", "y", "method", "params", "cam_layer", "n", "steps_per_epoch", "q",
-        "total_steps", "sampler", "signal_sampler", "noise", "delta", "rounds", "stats", "audit",
-        "method_state",
+        "total_steps", "sampler", "signal_sampler", "noise", "control", "delta", "rounds", "stats",
+        "audit", "method_state",
     )  # fmt: skip
 
     def __init__(
@@ -152,9 +168,10 @@ class Client:
         self.q = 1.0 / self.steps_per_epoch
         rounds = params["rounds"] if planned_rounds is None else planned_rounds
         self.total_steps = rounds * params["local_epochs"] * self.steps_per_epoch
-        self.sampler = torch.Generator().manual_seed(seeds.sampling)
-        self.signal_sampler = torch.Generator().manual_seed(seeds.signal)
-        self.noise = torch.Generator(device=x.device).manual_seed(seeds.noise)
+        self.sampler = generator(seeds.sampling)
+        self.signal_sampler = generator(seeds.signal)
+        self.noise = generator(seeds.noise, x.device)
+        self.control = generator(seeds.control)
         self.delta = params["delta"]
         self.rounds = 0
         self.stats = StepStats()
@@ -261,9 +278,10 @@ class Client:
         """One N(0, 1) draw from the client's noise generator."""
         return torch.randn((), generator=self.noise, device=self.x.device).item()
 
-    def standard_uniform(self) -> float:
-        """One U(0, 1) draw from the client's noise generator."""
-        return torch.rand((), generator=self.noise, device=self.x.device).item()
+    def control_uniform(self) -> float:
+        """One U(0, 1) draw from the client's control generator (never the noise one: the
+        draws reach the server)."""
+        return torch.rand((), generator=self.control).item()
 
     # ------------------------------------------------------------------ checkpoints
     def state(self) -> dict:
@@ -272,6 +290,7 @@ class Client:
             "sampler": self.sampler.get_state(),
             "signal_sampler": self.signal_sampler.get_state(),
             "noise": self.noise.get_state(),
+            "control": self.control.get_state(),
             "method": self.method.checkpoint(self),
             "rounds": self.rounds,
             "stats": vars(self.stats),
@@ -280,7 +299,7 @@ class Client:
     def load_state(self, state: dict) -> None:
         """Restore what `state` saved."""
         # a checkpoint loaded onto CUDA moves them; generator states live on CPU
-        for name in ("sampler", "signal_sampler", "noise"):
+        for name in ("sampler", "signal_sampler", "noise", "control"):
             getattr(self, name).set_state(state[name].cpu())
         self.method.restore(self, state["method"])
         self.rounds = int(state["rounds"])

@@ -444,7 +444,8 @@ class XCalFL(Method):
 @dataclass(frozen=True)
 class XCalRandom(XCalFL):
     """The random-σ_t control of XCal-FL (ours): each step σ_t is drawn uniformly in XCal-FL's
-    band [(1 − b)σ_ref, (1 + b)σ_ref] from the noise generator, whatever the data. Same
+    band [(1 − b)σ_ref, (1 + b)σ_ref] from the client's control generator, whatever the data
+    (never from the noise generator: the σ_t reach the server, `dpmed.xcal.client`). Same
     calibration (budget split, σ_ref), same Rényi filter, same proven bound, same `XCalState`;
     no signal is computed, so the signal's share of the budget is reserved and unspent (the
     bound, which counts it, is then conservative). XCal-FL against it tells whether the signal,
@@ -458,10 +459,10 @@ class XCalRandom(XCalFL):
     )
 
     def proposed_sigma(self, client: Client, model: nn.Module) -> float:
-        """σ_ref (1 − b + 2b·u), u ~ U(0, 1) from the client's noise generator."""
+        """σ_ref (1 − b + 2b·u), u ~ U(0, 1) from the client's control generator."""
         band = client.params["band"]
         sigma_ref = client.method_state.sigma_ref
-        return sigma_ref * (1 - band + 2 * band * client.standard_uniform())
+        return sigma_ref * (1 - band + 2 * band * client.control_uniform())
 
 
 METHODS: Registry[Method] = Registry("xcal method")

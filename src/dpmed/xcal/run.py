@@ -220,12 +220,14 @@ def build_client(
 def client_seeds(job: JobContext, k: int) -> ClientSeeds:
     """Client k's seeds: its gradient and signal samples from the seed block
     (`common_seed`: every method and ε of a (dataset, model, shift, clients, seed) block sees
-    the same batches), its noise from the job seed (independent per mechanism)."""
+    the same batches), its noise from the job seed (independent per mechanism), the random-σ_t
+    control's draws from the seed block too (they are sent to the server anyway)."""
     wc = job.wildcards
     return ClientSeeds(
         sampling=common_seed("xcal", wc, f"client-sampling-{k}"),
         signal=common_seed("xcal", wc, f"client-signal-sampling-{k}"),
         noise=stable_seed(job.seed, "client-noise", k),
+        control=common_seed("xcal", wc, f"client-control-{k}"),
     )
 
 

@@ -5,10 +5,12 @@ The ServerApp (`server_app`) plays dpmed's xcal server: the m-of-K schedule of
 `dpmed.xcal.run.client_schedule`, sample-weighted FedAvg (`dpmed.xcal.run.fedavg`), the test
 evaluation and rounds.csv, road.json, model.pt and privacy.json as the in-process run writes
 them. The ClientApp (`client_app`) is dpmed's `Client` (`dpmed.xcal.client`) under the job's
-method, its state (generators, ledgers, Rényi filter) kept between rounds in the SuperNode's
-`Context.state`, which never leaves the node. Clients send model tensors, sample count and
-ledger (`wire`); the server recomputes each client's ε from the ledger and checks it against
-the ε the client reports. `deploy` starts a whole federation on 127.0.0.1 and runs one job.
+method under its site's policy (`policy`), its state (generators, ledgers, Rényi filter) kept
+between rounds and Flower runs in a ledger file on the SuperNode, which never leaves it.
+Clients send model tensors, sample count and ledger (`wire`); the server computes each
+client's ε from its own count of the rounds the client answered, refuses a report that
+disagrees and screens every update (`server_app`). `deploy` starts a
+whole federation on 127.0.0.1 and runs one job.
 """
 
 # The ServerApp's progress lines start "[flower <run>]"; the launcher relays them.

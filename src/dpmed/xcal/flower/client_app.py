@@ -1,28 +1,30 @@
 """The XCal-FL ClientApp: dpmed's xcal `Client` on one SuperNode.
 
-A SuperNode is one client site. Its `--node-config` says which client it is and where its data
-live (`NodeSettings`); the round's plan (`dpmed.xcal.flower.wire`) says which job it trains.
-Flower starts a fresh ClientApp process for every message, so each message rebuilds the client
-from its data and the plan (deterministic: partition, calibration) and restores its state
-(generators, the method's ledgers and Rényi filter, counters: `Client.state`) from the node's
-`Context.state`, which stays on the SuperNode; it stores the new state back after training.
+A SuperNode is one client site. Its `--node-config` says which client it is, where its data
+live, the site's privacy policy file and the node's state folder (`NodeSettings`); the round's
+plan (`dpmed.xcal.flower.wire`) says which job the server asks it to train.
 
-The client enforces its own budget: it trains only in rounds the public schedule samples it in
-(the rounds it was calibrated for), once each, whatever the server asks.
+The node trusts its site, not the server. It refuses (the roll call and every round) a plan
+that its site's `SitePolicy` (method, ε, δ, clip norm, most rounds, schedule seed) does not
+admit, or that differs from the plan its `NodeLedger` is bound to; it trains only in rounds the
+admitted plan's public schedule samples it in (the rounds it was calibrated for), once each.
+Flower starts a fresh ClientApp process for every message, so each round rebuilds the client
+from its data and the plan (deterministic: partition, calibration), restores its state
+(generators, the method's ledgers and Rényi filter, counters: `Client.state`) from the ledger
+file in the node's state folder, which outlives Flower runs and never leaves the node, and
+saves the new state there before it replies (a computed update counts as spent). So no
+request (another method, ε, δ, seed, round count or run id) makes it spend beyond its target.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import math
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from torch import nn
@@ -31,8 +33,9 @@ from dpmed.config.wildcards import parse_eps
 from dpmed.privacy.dpsgd import wrap_per_sample
 from dpmed.privacy.mechanisms import NOISE_OS_ENTROPY, NOISE_SEEDED
 from dpmed.runtime import JobContext
-from dpmed.xcal.client import Client, ClientSeeds
+from dpmed.xcal.client import SECRET_SEEDS, Client
 from dpmed.xcal.flower import wire
+from dpmed.xcal.flower.policy import NodeLedger, PlanRefused, SitePolicy, locked, plan_text
 from dpmed.xcal.methods import resolve
 from dpmed.xcal.run import (
     build_client,
@@ -43,7 +46,6 @@ from dpmed.xcal.run import (
     load_split,
 )
 
-STATE_KEY = "xcal-client"
 SPLITS = ("dpmed", "local")
 SEED_SOURCES = ("job", "secret")
 
@@ -57,19 +59,25 @@ class NodeSettings:
     Args:
         client: `partition-id`, the client's number in the federation (0 … K−1).
         data_dir: `data-dir`, the site's processed MedMNIST folder (train.npz, meta.json).
+        policy: `policy`, the site's policy JSON file (`SitePolicy`), required.
+        state_dir: `state-dir`, the node's folder for its ledger (`NodeLedger`), which
+            outlives Flower runs, required.
         split: `split`: "local" (default): the whole train split of `data_dir` is the site's
             data; "dpmed": deal `data_dir`'s train split to the K clients by the job's shift
             as the in-process run does and take part `client` (reproducing a simulation).
-        seeds: `seeds`: "secret" (default): the client's sampling and noise generators are
-            seeded from the node's OS entropy, known to nobody else; "job": dpmed's seeds
-            derived from the job seed (`dpmed.xcal.run.client_seeds`), which the server knows
-            too: for reproducing a simulation only.
+        seeds: `seeds`: "secret" (default): the client's generators (samples, noise,
+            control) take their whole state from the node's OS entropy, known to nobody
+            else; "job": dpmed's seeds derived from the job seed
+            (`dpmed.xcal.run.client_seeds`), which the server knows too: for reproducing a
+            simulation only.
         device: `device`, torch device name (default cpu).
         threads: `threads`, torch CPU threads (default 1).
     """
 
     client: int
     data_dir: Path
+    policy: Path
+    state_dir: Path
     split: str = "local"
     seeds: str = "secret"
     device: str = "cpu"
@@ -77,11 +85,17 @@ class NodeSettings:
 
     @classmethod
     def from_node_config(cls, config: dict[str, Any]) -> NodeSettings:
-        if "partition-id" not in config or "data-dir" not in config:
-            raise ValueError("the SuperNode's --node-config needs partition-id and data-dir")
+        required = ("partition-id", "data-dir", "policy", "state-dir")
+        if missing := [key for key in required if key not in config]:
+            raise ValueError(
+                f"the SuperNode's --node-config lacks {', '.join(missing)}: it needs "
+                "partition-id, data-dir, policy (the site's policy file) and state-dir"
+            )
         settings = cls(
             client=int(config["partition-id"]),
             data_dir=Path(str(config["data-dir"])),
+            policy=Path(str(config["policy"])),
+            state_dir=Path(str(config["state-dir"])),
             split=str(config.get("split", "local")),
             seeds=str(config.get("seeds", "secret")),
             device=str(config.get("device", "cpu")),
@@ -98,10 +112,10 @@ class NodeSettings:
         """privacy.json's `noise_source` of this client's noise."""
         return NOISE_SEEDED if self.seeds == "job" else NOISE_OS_ENTROPY
 
-
-def secret_seeds() -> ClientSeeds:
-    """Seeds from the OS's entropy pool (drawn on the node, never sent)."""
-    return ClientSeeds(*(secrets.randbits(63) for _ in range(3)))
+    @property
+    def ledger(self) -> Path:
+        """The node's ledger file in its state folder."""
+        return self.state_dir / f"xcal-client-{self.client}.pt"
 
 
 def client_data(job: JobContext, settings: NodeSettings) -> tuple[np.ndarray, np.ndarray]:
@@ -121,47 +135,62 @@ class LocalClient:
     client: Client
     net: nn.Module
     wrapped: nn.Module | None
-    schedule: list[list[int]]
 
 
 def local_client(
-    job: JobContext, arguments: dict[str, Any], settings: NodeSettings, state: RecordDict
+    job: JobContext,
+    arguments: dict[str, Any],
+    settings: NodeSettings,
+    schedule: list[list[int]],
+    saved: dict | None,
 ) -> LocalClient:
-    """Build the client of `job` on this node and restore its state from `state`."""
+    """Build the client of `job` on this node, calibrated to `schedule`, in the state `saved`
+    (`Client.state`; None: a new client)."""
     device = job.start()
     wc = job.wildcards
     method = resolve(wc["method"], math.isfinite(parse_eps(wc["eps"])), job.params["presets"])
-    schedule = client_schedule(job)
     net, layer = initial_network(wc, arguments, device)
     wrapped = wrap_per_sample(net, net.grad_sample_mode) if method.dp else None
     images, labels = client_data(job, settings)
     k = settings.client
-    seeds = client_seeds(job, k) if settings.seeds == "job" else secret_seeds()
+    seeds = client_seeds(job, k) if settings.seeds == "job" else SECRET_SEEDS
     client = build_client(job, k, images, labels, method, layer, schedule, device, seeds)
-    saved = state.config_records.get(STATE_KEY)
-    if saved is not None:  # a weights-only load: tensors, dicts, lists and numbers
-        client.load_state(torch.load(io.BytesIO(bytes(saved["client"])), weights_only=True))
-    return LocalClient(client, net, wrapped, schedule)
+    if saved is not None:
+        client.load_state(saved)
+    return LocalClient(client, net, wrapped)
 
 
-def trained_rounds(state: RecordDict) -> list[int]:
-    """The 0-based rounds this node's client trained in so far."""
-    saved = state.config_records.get(STATE_KEY)
-    return [] if saved is None else json.loads(str(saved["trained"]))
+def admitted(settings: NodeSettings, job: JobContext, arguments: dict[str, Any]) -> NodeLedger:
+    """The node's ledger for the plan of `job` if the site's policy and the ledger admit it;
+    raises PlanRefused naming the client and why otherwise."""
+    plan = plan_text(job, arguments)
+    ledger = NodeLedger.load(settings.ledger, plan)
+    reason = SitePolicy.read(settings.policy).refusal(job) or ledger.refusal(plan)
+    if reason is not None:
+        raise PlanRefused(f"client {settings.client} refuses the plan: {reason}")
+    return ledger
 
 
-def store(state: RecordDict, client: Client, trained: list[int]) -> None:
-    """Keep the client's state and trained rounds in the node's Context.state."""
-    buffer = io.BytesIO()
-    torch.save(client.state(), buffer)
-    state[STATE_KEY] = ConfigRecord({"client": buffer.getvalue(), "trained": json.dumps(trained)})
+def round_refusal(k: int, r: int, schedule: list[list[int]], trained: list[int]) -> str | None:
+    """Why client k refuses to train in 0-based round r of `schedule`, None if it may."""
+    if not 0 <= r < len(schedule):
+        return f"the plan has rounds 1 … {len(schedule)}"
+    if k not in schedule[r]:
+        return "the schedule does not sample it in this round (its budget is calibrated to it)"
+    if r in trained:
+        return "it already trained in this round (its ledger counts it as spent)"
+    return None
 
 
 @app.query()
 def hello(msg: Message, context: Context) -> Message:
-    """The server's roll call: this node's client number, sample count and noise source."""
+    """The server's roll call: this node's client number, sample count and noise source, if
+    the node admits the plan (a refusal fails the run at its start)."""
     settings = NodeSettings.from_node_config(dict(context.node_config))
-    job, _, _ = wire.read_plan(msg.content, settings.data_dir, settings.device, settings.threads)
+    job, arguments, _ = wire.read_plan(
+        msg.content, settings.data_dir, settings.device, settings.threads
+    )
+    admitted(settings, job, arguments)
     _, labels = client_data(job, settings)
     report = {
         "client": settings.client,
@@ -181,17 +210,19 @@ def train(msg: Message, context: Context) -> Message:
     job, arguments, r = wire.read_plan(
         msg.content, settings.data_dir, settings.device, settings.threads
     )
-    local = local_client(job, arguments, settings, context.state)
-    trained = trained_rounds(context.state)
-    if settings.client not in local.schedule[r] or r in trained:
-        raise ValueError(
-            f"client {settings.client} refuses round {r + 1}: not one of its scheduled rounds "
-            "or already trained (its budget was calibrated to the schedule)"
-        )
-    device = local.client.x.device
-    global_state = wire.record_tensors(msg.content.array_records[wire.GLOBAL], device)
-    update = local.client.train_round(local.net, local.wrapped, global_state)
-    store(context.state, local.client, [*trained, r])
+    k = settings.client
+    with locked(settings.ledger):
+        ledger = admitted(settings, job, arguments)
+        schedule = client_schedule(job)  # of the admitted plan: at most max_rounds rounds
+        if reason := round_refusal(k, r, schedule, ledger.trained):
+            raise PlanRefused(f"client {k} refuses round {r + 1}: {reason}")
+        local = local_client(job, arguments, settings, schedule, ledger.client)
+        device = local.client.x.device
+        global_state = wire.record_tensors(msg.content.array_records[wire.GLOBAL], device)
+        update = local.client.train_round(local.net, local.wrapped, global_state)
+        ledger.trained.append(r)
+        ledger.client = local.client.state()
+        ledger.save()
     content = RecordDict(
         {
             wire.UPDATE: wire.tensors_record(update.tensors),

@@ -1,14 +1,18 @@
-"""Run xcal jobs on a local Flower federation: a SuperLink and one SuperNode per client on
-127.0.0.1 (insecure: a test federation), one `flwr run` per job of the app in deploy/flower.
+"""Run xcal jobs on local Flower federations: per job a SuperLink and one SuperNode per client
+on 127.0.0.1 (insecure: a test federation, announced by a warning on every start), and one
+`flwr run` of the app in deploy/flower.
 
 Every process is started by pid on free ports (`dpmed.federation_processes`) with its own log
-under <out>/flower/, Flower's home folder (FLWR_HOME) is <out>/flower/home, and everything is
-stopped by pid when the runs end or fail. Each job's run folder <out>/<run>/ then holds what
-the ServerApp writes (rounds.csv, road.json, gradcam.npz, privacy.json, model.pt,
-federation.json), and <out>/flower/processes.json each process's name, pid, ports, command and
-log, the runs' status and the wall time. The SuperNodes deal the processed train split to the
-clients as the in-process run does (`split=dpmed`) and seed them from the job (`seeds=job`,
-reproducing a simulation) unless `--secret-seeds`.
+under <out>/flower/job-<i>/, Flower's home folder (FLWR_HOME) is <out>/flower/job-<i>/home,
+and everything is stopped by pid when the runs end or fail, or when the launcher receives
+SIGTERM or SIGINT. Each SuperNode is a site with its own policy, admitting that one job
+(<out>/flower/job-<i>/site-<k>/policy.json, ledger in site-<k>/state). Each job's run folder
+<out>/<run>/ then holds what the ServerApp writes (rounds.csv, road.json, gradcam.npz,
+privacy.json, model.pt, federation.json), and <out>/flower/processes.json each process's name,
+pid, ports, command and log, the runs' status, what stopped them and the wall time: written
+when the processes start, as runs start and end, and after the stop. The SuperNodes deal the
+processed train split to the clients as the in-process run does (`split=dpmed`) and seed them
+from the job (`seeds=job`, reproducing a simulation) unless `--secret-seeds`.
 
 Default: the smoke config's XCal-FL and static DP-FL cells at ε = 5 on its synthetic
 BloodMNIST, generated under <out>/data (`make fl-flower`). A chosen cell on processed data:
@@ -27,8 +31,8 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +41,7 @@ from dpmed import federation_processes as fp
 from dpmed.io import write_json
 from dpmed.runtime import JobContext
 from dpmed.xcal.flower import PROGRESS_LABEL
+from dpmed.xcal.outputs import RUN_FILES
 
 REPO = Path(__file__).resolve().parents[4]
 APP_DIR = REPO / "deploy" / "flower"
@@ -49,17 +54,25 @@ FEDERATION = "local"
 READY_TIMEOUT = 60.0
 PROGRESS_PREFIX = f"[{PROGRESS_LABEL} "
 PROGRESS_POLL = 1.0  # s between reads of the runs' streams
+INSECURE_WARNING = """\
+INSECURE: this launcher starts Flower federations WITHOUT TLS and without node authentication
+  (SuperLink, SuperNodes and `flwr run` with --insecure / insecure=true). Anything on this
+  machine can connect to their ports on 127.0.0.1. A test setup only: a site's federation
+  serves TLS and admits known SuperNodes (docs/deploy.md, "Run it across hospitals")."""
 
 
 @dataclass
 class LocalFederation:
-    """A running SuperLink and its SuperNodes (`local_federation`)."""
+    """A running SuperLink and its SuperNodes (`local_federation`); `on_start` is called with
+    each process started for it (a run too)."""
 
     work: Path
     env: dict[str, str]
     control_address: str
     superlink: fp.Process
     supernodes: list[fp.Process]
+    on_start: Callable[[fp.Process], None] = lambda proc: None
+    label: str = ""
     runs: list[fp.Process] = field(default_factory=list)
 
     def processes(self) -> list[fp.Process]:
@@ -76,29 +89,47 @@ class LocalFederation:
             "--federation-config", f"address='{self.control_address}' insecure=true",
         ]  # fmt: skip
         name = f"flwr-run-{len(self.runs) + 1}"
-        proc = fp.start(name, cmd, self.work / f"{name}.log", self.env, cwd=self.work)
+        proc = fp.start(self.label + name, cmd, self.work / f"{name}.log", self.env, cwd=self.work)
         self.runs.append(proc)
+        self.on_start(proc)
         return proc
 
     def run_status(self, run: fp.Process, app: Path = APP_DIR) -> str:
-        """The Flower status of the run `run` started, e.g. "finished:completed"."""
+        """The Flower status of the run `run` started, e.g. "finished:completed"; raises
+        FederationProcessError naming the SuperLink when it cannot tell (SuperLink gone,
+        unreadable `flwr ls` output)."""
         run_id = fp.wait_for_line(run, r"started run (\d+)", READY_TIMEOUT).group(1)
         cmd = [
             str(BIN / "flwr"), "ls", str(app), FEDERATION, "--run-id", run_id, "--format", "json",
             "--federation-config", f"address='{self.control_address}' insecure=true",
         ]  # fmt: skip
         result = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=60)
-        runs = json.loads(result.stdout)["runs"]
-        return str(runs[0]["status"])
+        try:
+            return str(json.loads(result.stdout)["runs"][0]["status"])
+        except (ValueError, LookupError, TypeError):
+            superlink = self.superlink
+            state = "running" if superlink.alive() else f"exited ({superlink.popen.returncode})"
+            raise fp.FederationProcessError(
+                f"no status of run {run_id} from {superlink.name} (pid {superlink.pid}, "
+                f"{state}) at {self.control_address}: flwr ls said "
+                f"{(result.stdout + result.stderr)[-500:]!r}; log {superlink.log_path}:\n"
+                f"{superlink.log_tail()}"
+            ) from None
 
 
 @contextmanager
 def local_federation(
-    work: Path, node_configs: Sequence[str], env: dict[str, str] | None = None
+    work: Path,
+    node_configs: Sequence[str],
+    env: dict[str, str] | None = None,
+    label: str = "",
+    on_start: Callable[[fp.Process], None] = lambda proc: None,
 ) -> Iterator[LocalFederation]:
     """Start a SuperLink and one SuperNode per entry of `node_configs` (its --node-config) on
     free ports of 127.0.0.1, wait until each listens, and stop them all by pid on exit. Every
-    path the processes get is absolute: they run in `work`, the ServerApp in a folder of its own."""
+    path the processes get is absolute: they run in `work`, the ServerApp in a folder of its own.
+    Process names start with `label`; `on_start` is called with each process as it starts (a
+    launcher's record sees it before the federation is up)."""
     work = Path(work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     full_env = {
@@ -106,11 +137,16 @@ def local_federation(
         "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
         **(env or {}),
     }
-    procs: list[fp.Process] = []
+    procs: list[fp.Process] = []  # stopped on exit, runs included
+
+    def begin(proc: fp.Process) -> None:
+        procs.append(proc)
+        on_start(proc)
+
     try:
         fleet, serverappio, control = fp.free_port(), fp.free_port(), fp.free_port()
         superlink = fp.start(
-            "superlink",
+            label + "superlink",
             [
                 str(BIN / "flower-superlink"),
                 "--insecure",
@@ -128,14 +164,14 @@ def local_federation(
             cwd=work,
             ports={"fleet": fleet, "serverappio": serverappio, "control": control},
         )
-        procs.append(superlink)
+        begin(superlink)
         for port in (fleet, serverappio, control):
             fp.wait_for_port(port, READY_TIMEOUT, [superlink])
         supernodes = []
         for k, node_config in enumerate(node_configs):
             appio = fp.free_port()
             node = fp.start(
-                f"supernode-{k}",
+                f"{label}supernode-{k}",
                 [
                     str(BIN / "flower-supernode"),
                     "--insecure",
@@ -151,26 +187,99 @@ def local_federation(
                 cwd=work,
                 ports={"clientappio": appio},
             )
-            procs.append(node)
+            begin(node)
             supernodes.append(node)
         for node in supernodes:
             fp.wait_for_port(node.ports["clientappio"], READY_TIMEOUT, [node])
-        federation = LocalFederation(work, full_env, f"127.0.0.1:{control}", superlink, supernodes)
-        try:
-            yield federation
-        finally:
-            procs.extend(federation.runs)
+        yield LocalFederation(
+            work, full_env, f"127.0.0.1:{control}", superlink, supernodes, begin, label
+        )
     finally:
         fp.stop(procs)
 
 
-def node_config(k: int, n_clients: int, data_dir: Path, secret_seeds: bool = False) -> str:
-    """The --node-config of client k's SuperNode in a local federation (`client_app`)."""
+def node_config(
+    k: int,
+    n_clients: int,
+    data_dir: Path,
+    policy: Path,
+    state_dir: Path,
+    secret_seeds: bool = False,
+) -> str:
+    """The --node-config of client k's SuperNode in a local federation (`client_app`): its data,
+    its site policy file and the folder its privacy ledger persists in."""
     seeds = "secret" if secret_seeds else "job"
     return (
         f"partition-id={k} num-partitions={n_clients} data-dir='{Path(data_dir).resolve()}' "
-        f"split='dpmed' seeds='{seeds}' threads=1"
+        f"split='dpmed' seeds='{seeds}' threads=1 policy='{Path(policy).resolve()}' "
+        f"state-dir='{Path(state_dir).resolve()}'"
     )
+
+
+def site_configs(job: JobContext, work: Path, secret_seeds: bool = False) -> list[str]:
+    """The --node-configs of `job`'s K sites: writes site-<k>/policy.json under `work`, each
+    the policy admitting `job` only, its ledger kept in site-<k>/state."""
+    from dpmed.xcal.flower.policy import SitePolicy
+
+    n_clients = int(job.wildcards["clients"])
+    configs = []
+    for k in range(n_clients):
+        site = Path(work) / f"site-{k}"
+        SitePolicy.for_job(job).write(site / "policy.json")
+        configs.append(
+            node_config(
+                k, n_clients, job.processed_dir, site / "policy.json", site / "state", secret_seeds
+            )
+        )
+    return configs
+
+
+@dataclass
+class LaunchRecord:
+    """processes.json of a launch: the jobs, each run's status ("starting", "running", Flower's
+    final status, or "stopped"), what stopped the launch (`error`, None if nothing), the wall
+    time in s and every process started. `write` replaces the file atomically."""
+
+    path: Path
+    jobs: list[str]
+    processes: list[fp.Process] = field(default_factory=list)
+    start: float = field(default_factory=time.perf_counter)
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        self.status = ["starting"] * len(self.jobs)
+
+    def write(self) -> dict[str, Any]:
+        record = {
+            "jobs": self.jobs,
+            "status": self.status,
+            "error": self.error,
+            "seconds": time.perf_counter() - self.start,
+            "processes": fp.process_table(self.processes),
+        }
+        write_json(self.path, record)
+        return record
+
+    def stopped(self, exc: BaseException) -> None:
+        """Record what stopped the launch (the first cause); runs not finished become
+        "stopped"."""
+        self.error = self.error or str(exc) or type(exc).__name__
+        self.status = ["stopped" if s in ("starting", "running") else s for s in self.status]
+
+    def close(self) -> dict[str, Any]:
+        """Stop every process started (again: a signal may have cut a federation's own stop
+        short), then write the final record and return it. A first SIGTERM/SIGINT arriving
+        during the stop is recorded, the stop finished, and `Terminated` raised after the
+        write (`fp.terminated_by_signals` raises only once)."""
+        try:
+            fp.stop(self.processes)
+        except fp.Terminated as exc:
+            self.stopped(exc)
+            fp.stop(self.processes)
+            raise
+        finally:
+            final = self.write()
+        return final
 
 
 def deploy(
@@ -180,48 +289,88 @@ def deploy(
     secret_seeds: bool = False,
     run_timeout: float = 3600.0,
 ) -> dict[str, Any]:
-    """Run `jobs` (one processed folder and client count K) at once on one local federation of
-    K SuperNodes, Flower logs and home under `work`; each job's outputs go to its out_dir.
-    Writes and returns processes.json's content (in `work`); raises FederationProcessError
-    when a run does not finish completed."""
+    """Run `jobs` at once, each on its own local federation (a SuperLink and K SuperNodes with
+    the sites' policies for that job), logs and homes under `work`/job-<i>/; each job's
+    outputs go to its out_dir. Writes processes.json (in `work`) at once, as each federation
+    starts, as runs start and end and after the stop, and returns its final content. Raises
+    FederationProcessError when a SuperLink dies or a run does not finish completed, and
+    `fp.Terminated` on SIGTERM/SIGINT, every process stopped and the record written first."""
+    print(INSECURE_WARNING, file=sys.stderr, flush=True)
+    work = Path(work).resolve()  # the job files' paths travel to the ServerApp's own folder
+    with fp.launch_lock(work), fp.terminated_by_signals():
+        clear_previous(work, jobs)
+        record = LaunchRecord(work / "processes.json", [str(job.out_dir) for job in jobs])
+        try:
+            record.write()
+            with ExitStack() as stack:
+                federations = []
+                for i, job in enumerate(jobs):
+                    folder = work / f"job-{i + 1}"
+                    federation = local_federation(
+                        folder,
+                        site_configs(job, folder, secret_seeds),
+                        label=f"{folder.name}/",
+                        on_start=record.processes.append,
+                    )
+                    federations.append(stack.enter_context(federation))
+                    record.write()
+                follow_runs(jobs, federations, record, round_timeout, run_timeout)
+        except BaseException as exc:
+            record.stopped(exc)
+            raise
+        finally:
+            final = record.close()
+    if any(status != "finished:completed" for status in record.status):
+        raise fp.FederationProcessError(f"Flower runs ended {record.status}; logs in {work}")
+    return final
+
+
+def clear_previous(work: Path, jobs: Sequence[JobContext]) -> None:
+    """Remove what a previous launch left in `work` (never its lock) and in the jobs' run
+    folders, so a run that fails early leaves no older record beside it."""
+    for stale in work.iterdir():
+        if stale.is_dir():
+            shutil.rmtree(stale)
+        elif stale.name != ".lock":
+            stale.unlink()
+    for job in jobs:
+        for name in (*RUN_FILES, "federation.json"):
+            (Path(job.out_dir) / name).unlink(missing_ok=True)
+
+
+def follow_runs(
+    jobs: Sequence[JobContext],
+    federations: Sequence[LocalFederation],
+    record: LaunchRecord,
+    round_timeout: float,
+    run_timeout: float,
+) -> None:
+    """Start each job's `flwr run` on its federation, relay their progress lines, and set each
+    run's final status in `record` (rewritten at each change) as it ends; raise
+    FederationProcessError naming the SuperLink when one dies, or at `run_timeout` s."""
     from dpmed.xcal.flower.jobfile import write_job
 
-    if len({(Path(j.processed_dir), j.wildcards["clients"]) for j in jobs}) != 1:
-        raise ValueError("the jobs of one federation share their processed data and clients")
-    work = Path(work).resolve()  # the job files' paths travel to the ServerApp's own folder
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    n_clients, data_dir = int(jobs[0].wildcards["clients"]), jobs[0].processed_dir
-    configs = [node_config(k, n_clients, data_dir, secret_seeds) for k in range(n_clients)]
-    start = time.perf_counter()
-    with local_federation(work, configs) as federation:
-        runs = []
-        for i, job in enumerate(jobs):
-            write_job(work / f"job-{i + 1}.json", job)
-            runs.append(
-                federation.start_run(work / f"job-{i + 1}.json", round_timeout, READY_TIMEOUT)
-            )
-        logs = [fp.NewLines(run.log_path) for run in runs]
-        deadline = time.monotonic() + run_timeout
-        while any(run.alive() for run in runs):
-            if time.monotonic() > deadline:
-                raise fp.FederationProcessError(f"flwr run exceeded {run_timeout} s")
+    runs = []
+    for i, (job, federation) in enumerate(zip(jobs, federations, strict=True)):
+        job_file = federation.work / "job.json"
+        write_job(job_file, job)
+        runs.append(federation.start_run(job_file, round_timeout, READY_TIMEOUT))
+        record.status[i] = "running"
+    record.write()
+    logs = [fp.NewLines(run.log_path) for run in runs]
+    pending = set(range(len(runs)))
+    deadline = time.monotonic() + run_timeout
+    while pending:
+        fp.check_alive(federations[i].superlink for i in pending)
+        for i in sorted(i for i in pending if not runs[i].alive()):
             relay_progress(logs)
-            time.sleep(PROGRESS_POLL)
+            record.status[i] = federations[i].run_status(runs[i])
+            pending.discard(i)
+            record.write()
+        if time.monotonic() > deadline:
+            raise fp.FederationProcessError(f"flwr run exceeded {run_timeout} s")
         relay_progress(logs)
-        statuses = [federation.run_status(run) for run in runs]
-    record = {  # after the stop: every return code is set
-        "jobs": [str(job.out_dir) for job in jobs],
-        "status": statuses,
-        "seconds": time.perf_counter() - start,
-        "processes": fp.process_table(federation.processes()),
-    }
-    write_json(work / "processes.json", record)
-    if any(status != "finished:completed" for status in statuses):
-        raise fp.FederationProcessError(
-            f"Flower runs ended {statuses}; logs in {work}:\n{federation.superlink.log_tail()}"
-        )
-    return record
+        time.sleep(PROGRESS_POLL if pending else 0.0)
 
 
 def relay_progress(logs: Sequence[fp.NewLines]) -> None:
@@ -288,8 +437,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--run", nargs="+", default=SMOKE_RUNS,
-        help="run folder path(s) of xcal jobs, one dataset and client count (default: the "
-        "smoke config's XCal-FL and static DP-FL cells at eps 5)",
+        help="run folder path(s) of xcal jobs of one dataset, each on its own federation "
+        "(default: the smoke config's XCal-FL and static DP-FL cells at eps 5)",
     )  # fmt: skip
     parser.add_argument(
         "--processed", type=Path,
@@ -305,9 +454,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     jobs = xcal_jobs(args.config, args.run, args.processed, args.out, args.device)
-    record = deploy(jobs, args.out / "flower", args.round_timeout, args.secret_seeds)
+    try:
+        record = deploy(jobs, args.out / "flower", args.round_timeout, args.secret_seeds)
+    except fp.FederationProcessError as exc:  # processes stopped, processes.json written
+        print(f"stopped: {exc}; record in {args.out / 'flower'}", file=sys.stderr)
+        raise SystemExit(128 + exc.signum if isinstance(exc, fp.Terminated) else 1) from None
     for proc in record["processes"]:
-        print(f"{proc['name']:<14} pid {proc['pid']:<8} ports {proc['ports']}  {proc['command']}")
+        print(f"{proc['name']:<18} pid {proc['pid']:<8} ports {proc['ports']}  {proc['command']}")
     print(f"{record['status']} in {record['seconds']:.1f} s; outputs in {args.out}")
 
 

@@ -1,0 +1,128 @@
+"""The OpenFL launcher before any process starts (issue 53), without OpenFL processes: every
+`--set`, `--eps`, `--seed` and timeout is checked against the config schema and refused naming
+its key and value with nothing created; one launch per --out (a second one stops at once,
+naming the folder, and changes nothing); the aggregator's gRPC server listens on the plan's
+`bind_addr` only, refuses a port another gRPC server holds and warns when TLS is off."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from dpmed import federation_processes as fp
+from dpmed.fets import openfl_deploy as od
+
+pytest.importorskip("openfl")
+DEPLOY = od.deploy  # the real one (`no_launch` replaces it in the module)
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    """Nothing may be prepared or deployed; a valid launch's arguments are kept instead."""
+    calls = []
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("reached the data stage")
+
+    monkeypatch.setattr(od, "prepare_data", lambda out, config, processed: Path("processed"))
+    monkeypatch.setattr(od, "deploy", lambda *args, **kwargs: calls.append((args, kwargs)) or
+                        refuse())  # fmt: skip
+    return calls
+
+
+BAD = {  # arguments → what the error names
+    "eps-nan": (["--eps", "nan"], "'fets.grid[3].eps[0]': got nan"),
+    "eps-negative": (["--eps", "-1"], "['eps'][0]: -1.0"),
+    "eps-text": (["--eps", "one"], "'--eps': got 'one'"),
+    "eps-inf": (["--eps", "inf"], "'fets.grid[3]': no valid combination"),
+    "delta": (["--set", "delta=2"], "['fets']['defaults']['delta']: 2"),
+    "delta-nan": (["--set", "delta=nan"], "'fets.defaults.delta': got nan"),
+    "rounds": (["--set", "rounds=-3"], "['fets']['defaults']['rounds']: -3"),
+    "bogus": (["--set", "bogus_key=1"], "'bogus_key' was unexpected"),
+    "type": (["--set", "lr=fast"], "['fets']['defaults']['lr']: 'fast'"),
+    "seed": (["--seed", "-1"], "'--seed': got '-1'"),
+    "round-timeout": (["--round-timeout", "nan"], "--round-timeout: expected a positive number"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_values_are_refused_naming_the_key(case, tmp_path, capsys, no_launch):
+    argv, named = BAD[case]
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as stop:
+        od.main(["--out", str(out), *argv])
+    assert stop.value.code == 2
+    assert named in capsys.readouterr().err
+    assert not out.exists() and not no_launch  # nothing created, nothing started
+
+
+def test_good_values_reach_the_launch(tmp_path, no_launch):
+    with pytest.raises(AssertionError, match="reached the data stage"):
+        od.main(["--out", str(tmp_path / "out"), "--eps", "2.5", "--seed", "3", "--set",
+                 "rounds=2", "--set", "delta=1e-6", "--round-timeout", "30"])  # fmt: skip
+    ((args, kwargs),) = no_launch
+    params, wildcards = args[2], args[3]
+    assert (params["rounds"], params["delta"], params["lr"]) == (2, 1e-6, 0.03)
+    assert (wildcards["eps"], wildcards["seed"], kwargs["round_timeout"]) == ("2.5", "3", 30.0)
+
+
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from dpmed.federation_processes import launch_lock
+    with launch_lock(Path(sys.argv[1])):
+        print("held", flush=True)
+        sys.stdin.readline()
+""")
+
+
+def test_one_launch_per_out_folder(tmp_path, capsys, no_launch):
+    out = (tmp_path / "out").resolve()
+    (out / "workspace").mkdir(parents=True)
+    (out / "privacy.json").write_text("{}")  # the first launch's live files
+    first = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert first.stdout.readline() == "held\n"
+        assert od.main(["--out", str(out)]) == 1
+        err = capsys.readouterr().err
+        assert f"{out} is in use by another launch (pid {first.pid} holds" in err
+        with pytest.raises(fp.FederationProcessError, match="in use by another launch"):
+            DEPLOY(out, tmp_path, {}, {}, [1])
+        assert (out / "workspace").is_dir() and (out / "privacy.json").read_text() == "{}"
+        assert not no_launch and first.poll() is None  # the first launch runs on
+    finally:
+        first.communicate("\n", timeout=30)
+    with fp.launch_lock(out), fp.launch_lock(out):  # free again; nested in one process
+        assert (out / ".lock").read_text() == str(os.getpid())
+
+
+def test_aggregator_server_binds_its_address_and_no_shared_port(capsys):
+    import grpc
+    from openfl.transport.grpc import aggregator_server, common
+
+    from dpmed.fets.openfl_compat import patch_openfl
+
+    patch_openfl()
+    port = fp.free_port()
+    server = aggregator_server.AggregatorGRPCServer(
+        SimpleNamespace(connector=None), port, use_tls=False, require_client_auth=False,
+        bind_addr="127.0.0.1",
+    )  # fmt: skip
+    assert server.uri == f"127.0.0.1:{port}"
+    assert "INSECURE: the OpenFL aggregator serves" in capsys.readouterr().err
+    other = grpc.server(ThreadPoolExecutor(1))
+    other.add_insecure_port(f"127.0.0.1:{port}")  # gRPC's default: SO_REUSEPORT
+    other.start()
+    try:
+        with pytest.raises(RuntimeError, match=f"Failed to bind to address 127.0.0.1:{port}"):
+            common.create_grpc_server(server.uri, False, None, None, None, False)
+    finally:
+        other.stop(0)
