@@ -7,6 +7,7 @@ outputs flagged with `reported(...)`; captions are in workflow/report/."""
 from dpmed.report.claims import claims_evidence
 from dpmed.report.demo_summary_inputs import summary_inputs
 from dpmed.report.outputs import shown_files
+from dpmed.sizing import sized_rules
 
 for _study, _spec in STUDIES.items():
     for _name, _entry in _spec.reports.items():
@@ -81,11 +82,16 @@ rule claims:
         },
     output:
         claims=reported("results/tables/claims", TAB, "claims", CLAIMS_CAT, "paper claims"),
+        # the verdicts counted per paper: the report front page shows this table
+        counts=reported(
+            "results/tables/claims_counts", TAB, "claims_counts", CLAIMS_CAT, "paper claims"
+        ),
         measured=reported(
             "results/measured/claims_measured", TAB, "claims_measured", CLAIMS_CAT, "measured"
         ),
     params:
         readers={study: source.reader for study, source in CLAIM_SOURCES.items()},
+        config_name=" + ".join(Path(path).name for path in CONFIG_FILES),
         shown=SHOWN,
         evidence=claims_evidence([source.reader for source in CLAIM_SOURCES.values()], SHOWN),
         evidence_measured=claims_evidence(
@@ -120,7 +126,33 @@ rule demo_summary:
         "../workflow/scripts/demo_summary.py"
 
 
+# Each training job's wall time and peak memory as this run measured them (Snakemake's benchmark
+# files) beside what the job-cost model predicted and the job asked for (dpmed.job_cost):
+# results/measured, not byte-identical.
+JOB_BENCHMARKS = [
+    STUDIES[study].log(rule, "tsv").format(**dict(job.wildcards))
+    for rule, study in sized_rules().items()
+    if rule == f"{study}_train"
+    for job in GRID.jobs(study)
+]
+
+
+rule job_cost_measured:
+    input:
+        benchmarks=JOB_BENCHMARKS,
+    output:
+        reported("results/measured/job_cost", TAB, "job_cost", "resources", "job cost"),
+    log:
+        "logs/job_cost_measured.log",
+    localrule: True
+    conda:
+        CONDA_ENV
+    script:
+        "../workflow/scripts/job_cost_measured.py"
+
+
 REPORT_TARGETS = ["results/tables/privacy_summary.csv"] if study_runs() else []
+REPORT_TARGETS += ["results/measured/job_cost.csv"] if JOB_BENCHMARKS else []
 REPORT_TARGETS += ["results/tables/claims.csv"] if CLAIM_SOURCES else []
 REPORT_TARGETS += ["results/demo_summary.md"] if study_runs() else []
 REPORT_TARGETS += AUDIT_TARGETS

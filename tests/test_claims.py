@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -223,3 +224,19 @@ def test_the_captions_state_the_constants_the_code_uses():
     assert claims.count(f"Holm p < {ALPHA:g}") == 2
     assert f"ln {math.exp(EQUIVALENT_COST):g} ≈ {EQUIVALENT_COST:.3f}" in measured
     assert f"divided by {MAX_OVERHEAD:g}" in measured
+
+
+def test_claims_tables_show_claim_cell_verdict_and_reason_first(tmp_path):
+    """A reader sees what holds without scrolling: claims.html, .md and .csv start with the
+    claim, the cell, the verdict and its reason."""
+    from dpmed.report.style import write_table
+
+    frame = observations(rows("a", [0.1, 0.2, 0.15]) + rows("b", [0.1]))
+    claims, _ = claims_tables({"s": ([claim("a"), claim("b")], frame)})
+    write_table(claims, tmp_path / "claims.csv", links="evidence")
+    first = ["claim", "cell", "verdict", "reason"]
+    html = (tmp_path / "claims.html").read_text()
+    assert re.findall(r"<th>(.*?)</th>", html)[:4] == first
+    header = (tmp_path / "claims.md").read_text().split("\n")[0]
+    assert header.strip("| ").split(" | ")[:4] == first
+    assert list(pd.read_csv(tmp_path / "claims.csv").columns[:4]) == first

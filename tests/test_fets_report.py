@@ -72,11 +72,17 @@ def test_figure4_draws_each_method_once_as_the_mean_over_its_seeds(tmp_path, mon
     ax = shown["fig"].axes[0]
     (line,) = ax.get_lines()  # one line for the three seeds of SimAgg
     assert np.allclose(line.get_ydata(), [0.4, 0.5, 0.6])  # the mean over seeds
-    (band,) = ax.collections  # its 95 % t-interval: mean ± t(0.975, 2) · 0.2 / √3
-    half = 4.302653 * 0.2 / np.sqrt(3)
+    (band,) = ax.collections  # its 95 % t-interval on the logit scale, back-transformed
+
+    def logit_interval(values):
+        z = np.log(np.array(values) / (1 - np.array(values)))
+        half = 4.302653 * z.std(ddof=1) / np.sqrt(3)
+        return 1 / (1 + np.exp(-(z.mean() - half))), 1 / (1 + np.exp(-(z.mean() + half)))
+
     ys = band.get_paths()[0].vertices[:, 1]
-    assert ys.max() == pytest.approx(0.6 + half, rel=1e-5)
-    assert ys.min() == pytest.approx(0.4 - half, rel=1e-5)
+    assert ys.max() == pytest.approx(logit_interval([0.4, 0.6, 0.8])[1], rel=1e-5)
+    assert ys.min() == pytest.approx(logit_interval([0.2, 0.4, 0.6])[0], rel=1e-5)
+    assert 0 < ys.min() and ys.max() < 1  # the plain t-interval ran to 1.1
 
 
 def _table2_run(root, aggregator, dpmode, eps, seed, dice, eps_rdp=np.nan):

@@ -15,11 +15,13 @@ from scipy import stats
 
 from dpmed.metrics.membership import auc
 from dpmed.report.intervals import (
+    MIN_SEEDS,
     bootstrap_interval,
-    half_width,
+    error_bars,
     paired_p,
     paired_tests,
     seed_bootstrap_interval,
+    shown_interval,
     summarize,
     t_interval,
 )
@@ -47,10 +49,48 @@ def test_three_seeds_by_hand():
     assert mean - low == pytest.approx(high - mean)
 
 
-def test_half_width_is_the_t_interval_half_for_error_bars():
-    assert half_width([1.0, 2.0, 3.0]) == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)
-    assert half_width([1.0, math.nan, 2.0, 3.0]) == pytest.approx(4.302653 / math.sqrt(3), 1e-6)
-    assert math.isnan(half_width([0.7])) and math.isnan(half_width([]))
+def test_error_bars_are_the_drawn_interval_around_the_mean():
+    # unbounded: the t-interval's half-width on both sides
+    mean, below, above = error_bars([1.0, math.nan, 2.0, 3.0], None)
+    assert (mean, below, above) == pytest.approx((2.0, 4.302653 / math.sqrt(3), 4.302653 / 3**0.5))
+    assert all(math.isnan(v) for v in error_bars([0.7])[1:])
+    assert all(math.isnan(v) for v in error_bars([]))
+
+
+def test_fewer_seeds_than_a_claim_needs_draw_no_interval():
+    # two seeds at 0.45 and 1.0: the t-interval (one degree of freedom) runs to 4.0
+    assert t_interval([0.45, 1.0])[2] > 1.0
+    for values in ([0.45, 1.0], [0.3], [0.2, 0.4, math.nan]):
+        mean, low, high = shown_interval(values)
+        assert mean == pytest.approx(np.nanmean(values))
+        assert math.isnan(low) and math.isnan(high)
+    assert MIN_SEEDS == 3  # the claims layer's default, from this constant
+    from dpmed.report.claims import Claim
+
+    assert Claim.__dataclass_fields__["min_seeds"].default == MIN_SEEDS
+
+
+def test_bounded_interval_is_the_logit_t_interval_back_transformed():
+    values = [0.2, 0.4, 0.6]
+    z = np.log(np.asarray(values) / (1 - np.asarray(values)))
+    _, low, high = t_interval(z)
+    mean, got_low, got_high = shown_interval(values)
+    assert mean == pytest.approx(0.4)
+    assert got_low == pytest.approx(1 / (1 + math.exp(-low)), rel=1e-12)
+    assert got_high == pytest.approx(1 / (1 + math.exp(-high)), rel=1e-12)
+    # the same on [0, 100] (ROAD-like %) as on [0, 1], scaled
+    scaled = shown_interval([20.0, 40.0, 60.0], (0.0, 100.0))
+    assert scaled == pytest.approx(tuple(100 * v for v in (mean, got_low, got_high)))
+    # unbounded: the plain t-interval
+    assert shown_interval(values, None) == pytest.approx(t_interval(values))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.0, 1.0), min_size=3, max_size=8), st.sampled_from([0.9, 0.95]))
+def test_bounded_interval_stays_in_range_and_holds_the_mean(values, confidence):
+    mean, low, high = shown_interval(values, confidence=confidence)
+    assert 0.0 <= low <= mean <= high <= 1.0
+    assert t_interval([0.0, 0.0, 1.0])[2] > 1.0  # the plain interval leaves the range
 
 
 def test_one_value_has_no_interval():

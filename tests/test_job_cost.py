@@ -258,3 +258,37 @@ def test_a_dataset_registered_once_is_sized():
     finally:
         DATASET_REGISTRY.remove("toyoct")
     assert toy == job_cost.request("seg_train", config, wc, hp)
+
+
+def test_measured_time_and_memory_sit_beside_the_prediction(tmp_path):
+    """Where this run measured a job (its Snakemake benchmark), the table shows the measured
+    wall time and peak beside the job-cost model's prediction for the same job, each predicted
+    header saying "predicted" and naming the model; the measured values are the file's."""
+    from dpmed.studies import STUDIES
+
+    config, grid = grid_of(True)
+    planted, paths = {}, []
+    for study in ("seg", "xcal"):
+        job = grid.jobs(study)[0]
+        path = tmp_path / STUDIES[study].log(f"{study}_train", "tsv").format(**dict(job.wildcards))
+        path.parent.mkdir(parents=True)
+        s, rss = 12.5 + len(paths), 432.25 + len(paths)
+        path.write_text(f"s\th:m:s\tmax_rss\tmax_vms\n{s}\t0:00:12\t{rss}\t900.0\n")
+        planted[job.path] = (s, rss, dict(job.wildcards), study)
+        paths.append(str(path))
+    frame = job_cost.beside_measured(config, grid, paths)
+    columns = list(frame.columns)
+    for quantity in ("wall_s", "peak_rss_mb"):
+        [measured] = [c for c in columns if c.startswith(f"{quantity} measured")]
+        beside = columns[columns.index(measured) + 1]
+        assert beside.startswith(quantity) and "predicted" in beside and job_cost.MODEL in beside
+    assert all("predicted" in c for c in columns if job_cost.MODEL in c)
+    assert sorted(frame["run"]) == sorted(planted)
+    for _, row in frame.iterrows():
+        s, rss, wc, study = planted[row["run"]]
+        hp = grid.params(study, wc)
+        peak, seconds = job_cost.predicted(f"{study}_train", config, wc, hp, gpu=False)
+        assert row["wall_s measured (Snakemake benchmark)"] == s
+        assert row["peak_rss_mb measured (Snakemake benchmark max_rss)"] == rss
+        assert row[f"wall_s predicted ({job_cost.MODEL})"] == pytest.approx(seconds)
+        assert row[f"peak_rss_mb predicted ({job_cost.MODEL})"] == pytest.approx(peak)

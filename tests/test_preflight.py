@@ -451,3 +451,36 @@ def test_peak_over_the_request_fails_training_but_not_the_shared_attack_peak():
     under = min(train_mb, attack_mb) / FIT_MARGIN - 1
     rows = {r["rule"]: r for r in cell_rows(config, cell, cal, m | {"peak_rss_mb": under})}
     assert all(r["status"] == "ok" and r["fits_mem"] is True for r in rows.values())
+
+
+def test_predictions_are_labelled_predicted_and_sit_beside_the_measurement():
+    """Every time or memory of the preflight tables that a model predicts says "predicted" and
+    names its model (the job-cost model or the preflight's projection); the job-cost model's
+    peak is the column right after the probe's measured peak, and equals the model's own."""
+    from dpmed.job_cost import features, predict
+    from dpmed.preflight.calibrate import Calibration
+    from dpmed.preflight.report import labelled
+    from dpmed.preflight.run import cell_rows
+
+    config = _small_config()
+    cells = distinct_cells(_grid(config), ["seg"])
+    m = {"status": "ok", "device": "cpu", "seconds_per_step": 1.0, "eval_seconds_per_batch": 0.0,
+         "attack_seconds_per_batch": 0.0, "attack_batch": 8, "parameters": 1,
+         "peak_rss_mb": 900.0}  # fmt: skip
+    cal = [Calibration(math.inf, None, None, None, None)]
+    rows = labelled(pd.DataFrame(cell_rows(config, cells[0], cal, m)))
+    costs = labelled(cost_frame(config, projected(cells, [cells[0]], [(cells[0], m)])))
+    for frame in (rows, costs):
+        model = [c for c in frame.columns if "model" in c or "preflight:" in c]
+        assert model and all("predicted" in c for c in model), list(frame.columns)
+        for old in ("mem_mb", "runtime_min", "gpu_mb", "projected_min", "hours_per_job",
+                    "cpu_hours", "gpu_hours"):  # fmt: skip
+            assert old not in frame.columns  # no bare number that reads as measured
+    columns = list(rows.columns)
+    beside = columns[columns.index("peak_rss_mb") + 1]
+    assert "predicted" in beside and "job-cost model" in beside
+    train = rows[rows["rule"] == "seg_train"].iloc[0]
+    job = cells[0].job
+    cost = predict("seg_train", *features("seg_train", config, job.wc, job.params))
+    assert train[beside] == pytest.approx(cost.host_mb + cost.compute_mb)
+    assert train["peak_rss_mb"] == 900.0

@@ -1,5 +1,6 @@
 """Privacy–utility figures (dpmed.report.privacy_utility and the seg / xcal writers): the values
-plotted, from hand-made run folders, against means and t-intervals computed by hand."""
+plotted, from hand-made run folders, against means and logit-scale t-intervals computed by
+hand; intervals stay in the metric's range and none is drawn from fewer than 3 seeds."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import pytest
 
 from dpmed.report.privacy_utility import figure, points
 from dpmed.seg.report.privacy_utility import privacy_utility_report as seg_report
+from dpmed.seg.report.privacy_utility import utility_runs as seg_utility_runs
 from dpmed.xcal.privacy_utility import privacy_utility_report as xcal_report
 
 # Two-sided 95 % Student-t quantiles t(0.975, n - 1) from a table, n = 2 and 3.
@@ -20,11 +23,14 @@ T975 = {2: 12.706204736174698, 3: 4.302652729749464}
 
 
 def hand_interval(values: list[float]) -> tuple[float, float, float]:
+    """Mean, and the t-interval on the logit scale back-transformed (values in (0, 1))."""
     n = len(values)
-    mean = sum(values) / n
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    z = [math.log(v / (1 - v)) for v in values]
+    centre = sum(z) / n
+    sd = math.sqrt(sum((v - centre) ** 2 for v in z) / (n - 1))
     half = T975[n] * sd / math.sqrt(n)
-    return mean, mean - half, mean + half
+    expit = lambda v: 1 / (1 + math.exp(-v))  # noqa: E731
+    return sum(values) / n, expit(centre - half), expit(centre + half)
 
 
 def seg_run(root: Path, model: str, clip: str, morph: str, eps: str, seed: int, dice: float):
@@ -57,9 +63,9 @@ def check_rows(table: pd.DataFrame, metric: str, expected: dict) -> None:
     for key, values in expected.items():
         row = got.loc[key]
         assert row["n_seeds"] == len(values)
-        mean, low, high = hand_interval(values) if len(values) > 1 else (values[0], *[math.nan] * 2)
-        assert row[f"{metric}_mean"] == pytest.approx(mean, rel=1e-12)
-        if len(values) > 1:
+        mean, low, high = hand_interval(values) if len(values) >= 3 else (None, math.nan, math.nan)
+        assert row[f"{metric}_mean"] == pytest.approx(sum(values) / len(values), rel=1e-12)
+        if len(values) >= 3:  # fewer seeds than a claim needs: no interval
             assert row[f"{metric}_ci_low"] == pytest.approx(low, rel=1e-9)
             assert row[f"{metric}_ci_high"] == pytest.approx(high, rel=1e-9)
         else:
@@ -176,3 +182,137 @@ def test_saving_a_figure_with_an_empty_panel_fails_and_names_it(tmp_path):
     with pytest.raises(ValueError, match=r"empty panel\(s\) \['nothing here'\]"):
         save_figure(fig, tmp_path / "f.png")
     assert not (tmp_path / "f.png").exists()
+
+
+def drawn_intervals(ax: plt.Axes) -> list[tuple[float, float]]:
+    """(lower, upper) of every error bar drawn in `ax` (NaN-free segments only)."""
+    spans = []
+    for container in ax.containers:
+        for collection in getattr(container, "lines", (None, None, ()))[2]:
+            for segment in collection.get_segments():
+                ys = np.asarray(segment, dtype=float).reshape(-1, 2)[:, 1]
+                if ys.size and np.isfinite(ys).all():
+                    spans.append((float(ys.min()), float(ys.max())))
+    return spans
+
+
+def test_two_seeds_draw_no_interval_and_say_so(tmp_path):
+    # two seeds at 0.45 and 1.0: the t-interval over two seeds drew Dice above 1
+    runs = [
+        seg_run(tmp_path, "unet", "flat", "none", "50", 0, 0.45),
+        seg_run(tmp_path, "unet", "flat", "none", "50", 1, 1.0),
+    ]
+    data = points(seg_utility_runs(runs))
+    fig = figure(data, "test Dice", "t")
+    ax = fig.axes[0]
+    assert drawn_intervals(ax) == []
+    assert [t.get_text() for t in ax.texts] == ["n = 2 seeds"]
+    plt.close(fig)
+
+
+def test_bounded_intervals_stay_in_the_metrics_range(tmp_path):
+    runs = [
+        seg_run(tmp_path, "unet", "flat", "none", "50", seed, dice)
+        for seed, dice in enumerate([0.45, 1.0, 0.99])
+    ]
+    fig = figure(points(seg_utility_runs(runs)), "test Dice", "t")
+    spans = drawn_intervals(fig.axes[0])
+    assert len(spans) == 1 and 0.0 <= spans[0][0] < spans[0][1] <= 1.0
+    assert not fig.axes[0].texts  # three seeds: the interval, no count
+    plt.close(fig)
+
+
+def test_points_that_did_not_learn_are_greyed_and_classification_panels_show_chance(tmp_path):
+    runs = [xcal_run(tmp_path, "static", 3, "5", s, 0.13) for s in range(3)]  # K = 8: 1.5/K
+    runs += [xcal_run(tmp_path, "static", 3, "50", s, 0.7) for s in range(3)]
+    csv = tmp_path / "out" / "t.csv"
+    figures = []
+    import dpmed.xcal.privacy_utility as module
+
+    original = module.save_figure
+    module.save_figure = lambda fig, path: figures.append(fig)
+    try:
+        xcal_report(runs, tmp_path / "out" / "f.png", csv)
+    finally:
+        module.save_figure = original
+    (ax,) = figures[0].axes
+    grey = [ln for ln in ax.get_lines() if ln.get_markerfacecolor() == "lightgrey"]
+    assert len(grey) == 1 and list(grey[0].get_xdata()) == [5.0]  # only the run at 0.13
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "did not learn (F1 < 1.5/K)" in labels and "chance (1/K)" in labels
+    (chance,) = [ln for ln in ax.get_lines() if ln.get_label() == "chance (1/K)"]
+    assert list(chance.get_ydata()) == pytest.approx([1 / 8, 1 / 8])
+    fig = figures[0]
+    fig.canvas.draw()
+    ticks = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert "5" in ticks and "50" in ticks  # plain log-ε ticks, not 5×10⁰
+    plt.close(fig)
+
+
+def test_saving_a_figure_with_an_only_hidden_panel_fails(tmp_path):
+    from dpmed.report.style import save_figure
+
+    fig, axes = plt.subplots(1, 3)
+    axes[0].plot([0, 1], [0, 1])
+    axes[1].plot([math.nan, math.nan], [math.nan, math.nan], label="all NaN")
+    axes[1].set_title("only NaN")
+    axes[2].plot([0, 1], [1, 0], visible=False)
+    axes[2].text(0.5, 0.5, "")
+    axes[2].set_title("only invisible")
+    with pytest.raises(ValueError, match=r"empty panel\(s\) \['only NaN', 'only invisible'\]"):
+        save_figure(fig, tmp_path / "f.png")
+    assert not (tmp_path / "f.png").exists()
+
+
+def test_saving_a_figure_with_a_fully_overdrawn_legend_series_fails(tmp_path):
+    from dpmed.report.style import hidden_series, save_figure
+
+    fig, (ax, ok) = plt.subplots(1, 2)
+    ax.plot([1, 2], [0.3, 0.4], "o-", color="C0", label="xcal")
+    ax.plot([1, 2], [0.3, 0.4], "o-", color="C1", label="xcal-random")  # drawn on top
+    ax.legend()
+    ok.plot([1, 2], [0.3, 0.4], "o-", label="a")
+    ok.plot([1, 2], [0.3, 0.4], "s--", mfc="none", label="b")  # distinct: both show
+    ok.plot([1, 2], [0.5, 0.4], "o-", label="c")  # other points
+    assert hidden_series(ax) == [("xcal", "xcal-random")] and hidden_series(ok) == []
+    ok.bar([1, 2], [math.nan, math.nan], label="morph")  # in the legend, drawn nowhere
+    ok.plot([1, 2], [math.nan, math.nan], label="nan line")
+    assert sorted(hidden_series(ok)) == [("morph", "nothing drawn"), ("nan line", "nothing drawn")]
+    with pytest.raises(ValueError, match=r"\[\('xcal', 'xcal-random'\)\]"):
+        save_figure(fig, tmp_path / "f.png")
+    assert not (tmp_path / "f.png").exists()
+
+
+def test_equal_methods_stay_visible_and_four_panels_leave_no_blank_slot(tmp_path):
+    from dpmed.report.style import hidden_series
+
+    runs = pd.DataFrame(
+        {
+            "panel": ["a", "a", "b", "c", "d"],
+            "line": ["xcal", "xcal-random", "x", "x", "x"],
+            "eps": [1.0, 1.0, 1.0, 1.0, 1.0],
+            "value": [0.3, 0.3, 0.5, 0.5, 0.5],
+        }
+    )
+    fig = figure(points(runs), "u", "t")
+    assert len(fig.axes) == 4 and fig.axes[0].get_subplotspec().get_gridspec().ncols == 2
+    assert hidden_series(fig.axes[0]) == []  # same point, distinct markers
+    plt.close(fig)
+
+
+def test_the_scale_mark_is_drawn_on_synthetic_runs_only(tmp_path, monkeypatch):
+    from dpmed.report import style
+
+    monkeypatch.setitem(style.SCALE, "tag", "")
+    style.set_scale({"duke": {"raw": "synthetic"}, "umn": {"raw": "synthetic"}})
+    assert style.SCALE["tag"] == "synthetic data · reduced scale"
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    texts = []
+    monkeypatch.setattr(fig, "savefig", lambda *a, **k: texts.append(list(fig.texts)))
+    style.save_figure(fig, tmp_path / "f.png")
+    assert [t.get_text() for t in texts[0]] == ["synthetic data · reduced scale"]
+    style.set_scale({"duke": {"raw": "/data/duke"}, "umn": {"raw": "synthetic"}})
+    assert style.SCALE["tag"] == "synthetic data (umn) · reduced scale"
+    style.set_scale({"duke": {"raw": "/data/duke"}})
+    assert style.SCALE["tag"] == ""

@@ -14,6 +14,8 @@ import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from conftest import loaded_workflow
@@ -172,3 +174,66 @@ def test_the_claims_captions_link_every_claims_evidence(config_name: str) -> Non
             assert item, claim
             linked = re.findall(r"showResultInfo\('([^']+)'\)", item.group(1))
             assert linked == paths, claim
+
+
+def html_tables(html: str) -> list[list[list[str]]]:
+    """Each <table> of `html` as its rows of cell texts (tags stripped)."""
+    cells = r"<t[hd][^>]*>(.*?)</t[hd]>"
+    return [
+        [
+            [re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(cells, row, re.S)]
+            for row in re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S)
+        ]
+        for table in re.findall(r"<table.*?</table>", html, re.S)
+    ]
+
+
+def test_front_page_counts_the_verdicts_of_the_claims_table_per_paper(tmp_path) -> None:
+    """The front page's table of verdicts per study equals the counts of a planted claims.csv
+    (as the claims rule writes it), and it links the claims table and the demo summary."""
+    from dpmed.report.claims import COLUMNS, verdict_counts
+    from dpmed.report.style import write_table
+
+    rng = np.random.default_rng(0)
+    papers = {"seg": "paper 002 §5.1", "fets": "paper 000 §IV", "xcal": "paper 001 §6"}
+    rows = [
+        {column: "" for column in COLUMNS}
+        | {"study": study, "paper": paper, "claim": f"{study}-c{i % 4}", "cell": f"cell {i}",
+           "verdict": rng.choice(["supported", "contradicted", "inconclusive"], p=[0.3, 0.2, 0.5]),
+           "reason": "planted", "n_seeds": int(rng.integers(1, 4))}
+        for study, paper in papers.items()
+        for i in range(int(rng.integers(5, 12)))
+    ]  # fmt: skip
+    tables = tmp_path / "results" / "tables"
+    write_table(pd.DataFrame(rows, columns=COLUMNS), tables / "claims.csv")
+    claims = pd.read_csv(tables / "claims.csv")  # as a reader gets it
+    write_table(verdict_counts(claims, "smoke.yaml"), tables / "claims_counts.csv")
+    files = [
+        SimpleNamespace(target=name, path=tables / name)
+        for name in ("claims_counts.html", "claims.html", "demo_summary.html")
+    ]
+    config = load_config("smoke", validated=True)
+    html = render(FRONT_PAGE, SimpleNamespace(config=config), tuple(files))
+    [table] = [t for t in html_tables(html) if t and "supported" in t[0]]
+    header, *body = table
+    shown = {row[header.index("study")]: row for row in body}
+    # counted independently: every planted row, by study and verdict
+    expected: dict[str, dict[str, int]] = {}
+    for row in rows:
+        by_verdict = expected.setdefault(row["study"], {})
+        by_verdict[row["verdict"]] = by_verdict.get(row["verdict"], 0) + 1
+    assert sorted(shown) == sorted(expected)
+    for study, by_verdict in expected.items():
+        for verdict in ("supported", "contradicted", "inconclusive"):
+            assert int(shown[study][header.index(verdict)]) == by_verdict.get(verdict, 0), study
+        assert int(shown[study][header.index("rows")]) == sum(by_verdict.values())
+        assert shown[study][header.index("paper")] == papers[study].split(" §")[0]
+        assert shown[study][header.index("config")] == "smoke.yaml"
+    linked = re.findall(r'href="javascript:app.showResultInfo\(([^)]*)\)"', html)
+    assert any("claims.html" in link for link in linked), linked
+    assert any("demo_summary.html" in link for link in linked), linked
+    assert "smoke-scale" in html.split("The three studies")[0]  # the scale, before the prose
+    # the rule graph: its own section, drawn below the text at full width, not beside it
+    assert 'id="rule-graph"' in html and "#rulegraph { flex-basis: 100%;" in html
+    # without a claims table (a grid that tests no claim) the page says so
+    assert "tests no paper claim" in render(FRONT_PAGE, SimpleNamespace(config=config))

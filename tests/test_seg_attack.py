@@ -261,6 +261,37 @@ def test_attack_report_table_and_figure(tmp_path):
     assert png.read_bytes() == before
 
 
+def test_attack_figure_intervals_stay_in_range_and_two_seeds_draw_none(tmp_path, monkeypatch):
+    """Balanced accuracy is in [0, 1]: its error bar stays there (the two-seed t-interval of
+    0.45 and 1.0 ran from -3.1 to 4.2); fewer seeds than a claim needs draw no interval and
+    the count is written on the figure."""
+    import dpmed.seg.report.attack as attack
+
+    base = dict(dataset="duke", model="unet", morph="none")
+    cells = [(dict(clip="none", eps="inf"), [0.45, 1.0]),
+             (dict(clip="flat", eps="50"), [0.5, 0.98, 1.0])]  # fmt: skip
+    paths = []
+    for wc, values in cells:
+        for seed, ba in enumerate(values):
+            folder = tmp_path / f"{wc['clip']}{seed}"
+            folder.mkdir()
+            paths.append(_attack_json(folder, base | wc | {"seed": str(seed)}, 0.6, ba))
+    figures = []
+    monkeypatch.setattr(attack, "save_figure", lambda fig, path: figures.append(fig))
+    attack.attack_report(paths, tmp_path / "f.png", tmp_path / "f.csv")
+    (ax,) = figures[0].axes
+    segments = [
+        np.asarray(segment, float).reshape(-1, 2)
+        for bars in ax.containers
+        if getattr(bars, "errorbar", None)
+        for segment in bars.errorbar.lines[2][0].get_segments()
+    ]
+    drawn = [s for s in segments if s.size and np.isfinite(s).all()]
+    assert len(drawn) == 1  # flat's three seeds; the non-private two: none
+    assert 0.0 <= drawn[0][:, 1].min() and drawn[0][:, 1].max() <= 1.0
+    assert [t.get_text() for t in ax.texts] == ["n = 2 seeds"]
+
+
 def test_attack_report_rejects_empty_input(tmp_path):
     with pytest.raises(ValueError, match="no attack.json"):
         attack_report([], tmp_path / "a.png", tmp_path / "a.csv")

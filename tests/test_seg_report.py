@@ -130,15 +130,18 @@ def test_figure_morph_bar_is_the_fixed_variant_best_on_validation(runs):
     assert chosen["morph"] == "open-k5"  # val 0.9 beats both-k3's 0.5 despite lower test Dice
 
 
-def test_clipping_figure_error_bars_are_95_percent_t_intervals_over_seeds(tmp_path):
+def test_clipping_figure_error_bars_are_95_percent_logit_t_intervals_over_seeds(tmp_path):
     from dpmed.seg.report.main import _cell_means
 
     dice = [0.70, 0.74, 0.71]  # the old bars were the sample sd (0.0208), not the interval
     paths = [_write(tmp_path, "duke", "unet", "flat", "none", "8", s, v) for s, v in
              enumerate(dice)]  # fmt: skip
     cell = _cell_means(collect_runs(paths)).iloc[0]
-    want = stats.t.interval(0.95, 2, loc=np.mean(dice), scale=stats.sem(dice))
-    assert cell["dice_ci"] == pytest.approx(want[1] - np.mean(dice), rel=1e-9)
+    z = np.log(np.array(dice) / (1 - np.array(dice)))  # Dice in [0, 1]: on the logit scale
+    low, high = 1 / (1 + np.exp(-np.array(stats.t.interval(0.95, 2, z.mean(), stats.sem(z)))))
+    assert cell["dice_below"] == pytest.approx(np.mean(dice) - low, rel=1e-9)
+    assert cell["dice_above"] == pytest.approx(high - np.mean(dice), rel=1e-9)
+    assert cell["hd95_below"] == pytest.approx(cell["hd95_above"])  # unbounded: symmetric
 
 
 def test_main_table_tests_each_clip_rule_against_flat_paired_by_seed(tmp_path):
@@ -176,6 +179,36 @@ def test_one_seed_bars_have_no_error_bar_and_labels_clear_the_caps(tmp_path, mon
     caps = no_morph.errorbar.lines[2][0].get_segments()  # [non-private (1 seed), flat (3)]
     drawn = [bool(np.isfinite(np.asarray(segment)).any()) for segment in caps]
     assert drawn == [False, True]
-    (label,) = ax.texts
+    (label,) = [text for text in ax.texts if text.get_text() != "n = 1 seed"]
+    assert [text.get_text() for text in ax.texts].count("n = 1 seed") == 1  # the non-private
     top = np.nanmax(np.asarray(morph.errorbar.lines[2][0].get_segments()[1])[:, 1])
     assert label.get_text() == "both-k3" and label.xy[1] >= top
+
+
+def test_a_cell_that_did_not_learn_is_greyed_with_a_legend_entry(tmp_path, monkeypatch):
+    """Dice 0.01 on an auto-scaled axis reads as an effect: the bar of a cell below the claims
+    layer's learning floor is grey and hatched, unlike a learned one, and the legend says why."""
+    from matplotlib.container import BarContainer
+
+    import dpmed.seg.report.main as main
+    from dpmed.seg.claims import LEARNED_DICE
+
+    paths = [_write(tmp_path, "duke", "unet", "flat", "none", "8", s, v)
+             for s, v in enumerate([0.01, 0.02, 0.015])]  # fmt: skip
+    paths += [_write(tmp_path, "duke", "unet", "none", "none", "inf", s, v)
+              for s, v in enumerate([0.80, 0.82, 0.81])]  # fmt: skip
+    figures = []
+    monkeypatch.setattr(main, "save_figure", lambda fig, path: figures.append(fig))
+    clipping_figure(paths, "duke", tmp_path / "fig.png")
+    ax = figures[0].axes[0]  # Dice of the UNet
+    no_morph = [c for c in ax.containers if isinstance(c, BarContainer)][0]
+    learned, unlearned = no_morph.patches  # [non-private, flat]
+    assert unlearned.get_height() < LEARNED_DICE < learned.get_height()
+    covers = [p for p in ax.patches if p.get_hatch() and p.get_width() > 0]
+    assert [(c.get_xy(), c.get_width(), c.get_height()) for c in covers] == [
+        (unlearned.get_xy(), unlearned.get_width(), unlearned.get_height())
+    ]  # the unlearned bar alone is covered grey and hatched, the learned one drawn as is
+    assert covers[0].get_facecolor() != learned.get_facecolor()
+    assert covers[0].get_zorder() > unlearned.get_zorder()
+    labels = ax.get_legend().get_texts()
+    assert f"did not learn (Dice < {LEARNED_DICE:g})" in [t.get_text() for t in labels]

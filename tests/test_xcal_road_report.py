@@ -14,6 +14,7 @@ from scipy import stats
 from dpmed.xcal.report import (
     CONTROL_LABEL,
     ROAD_LABEL,
+    ablation_figure,
     ablation_table,
     clients_table,
     collect,
@@ -95,7 +96,8 @@ def test_trajectories_plot_road_in_percent_and_the_final_morf_lerf_curves(frame)
     assert [list(line.get_ydata()) for line in road_ax.get_lines()] == [[10.0, 15.0], [10.0, 80.0]]
     # against the round (a run whose ε is flat from round 1 drew a vertical line against ε),
     # the proven ε in a panel of its own on a log axis
-    assert all(list(line.get_xdata()) == [1, 2] for line in f1_ax.get_lines())
+    runs = [line for line in f1_ax.get_lines() if not line.get_label().startswith("chance")]
+    assert len(runs) == 2 and all(list(line.get_xdata()) == [1, 2] for line in runs)
     assert [list(line.get_ydata()) for line in eps_ax.get_lines()] == [[0.4, 0.9], [0.4, 0.9]]
     assert eps_ax.get_yscale() == "log"
     lines = {line.get_label(): line for line in curve_ax.get_lines()}
@@ -181,3 +183,49 @@ def test_ablation_table_sets_the_random_control_beside_the_presets(tmp_path):
     table = ablation_table(collect(runs)).set_index("preset")
     assert list(table.index) == ["balanced", "logit", CONTROL_LABEL]
     assert table.loc[CONTROL_LABEL, "road_mean"] == 25.0
+
+
+def test_ablation_figure_f1_intervals_stay_in_range_and_two_seeds_draw_none(tmp_path):
+    runs = [_run(tmp_path, "xcal", 30.0, 0.1, seed=s, f1=f) for s, f in enumerate([0.3, 0.99, 1.0])]
+    runs += [
+        _run(tmp_path, "xcal-logit", 20.0, 0.1, seed=s, f1=f) for s, f in enumerate([0.4, 1.0])
+    ]
+    fig = ablation_figure(collect(runs))
+    f1_panel = fig.axes[0]
+    balanced, logit = [c for c in f1_panel.containers if hasattr(c, "errorbar")]
+    (bar,) = balanced.errorbar.lines[2][0].get_segments()
+    assert 0.0 <= np.min(bar[:, 1]) and np.max(bar[:, 1]) <= 1.0  # the t-interval ran to 1.6
+    assert np.max(bar[:, 1]) > np.mean([0.3, 0.99, 1.0])
+    drawn = [np.asarray(s, float).reshape(-1, 2) for s in logit.errorbar.lines[2][0].get_segments()]
+    assert not any(s.size and np.isfinite(s).all() for s in drawn)  # two seeds: none
+    assert [t.get_text() for t in f1_panel.texts] == ["n = 2 seeds"]
+    plt.close(fig)
+
+
+def test_trajectories_mark_chance_and_tick_rounds_and_eps_plainly(frame):
+    fig = trajectories_figure(frame)
+    fig.canvas.draw()
+    f1_ax, road_ax, eps_ax, _ = fig.axes
+    (chance,) = [line for line in f1_ax.get_lines() if line.get_label() == "chance (1/K)"]
+    assert list(chance.get_ydata()) == pytest.approx([1 / 8, 1 / 8])  # bloodmnist: K = 8
+    for ax in (f1_ax, road_ax, eps_ax):  # two rounds: no tick at 1.5
+        ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks)
+    labels = [t.get_text() for t in eps_ax.get_yticklabels() if t.get_text()]
+    assert labels and all("10^" not in t and "times" not in t for t in labels)
+    assert all(float(t) > 0 for t in labels)  # plain numbers such as 0.5, not 5×10⁻¹
+    plt.close(fig)
+
+
+def test_trajectories_of_runs_with_equal_eps_are_both_visible(tmp_path):
+    from dpmed.report.style import hidden_series
+
+    # static DP-SGD and AGP-DP spend the same ε per round: the same points in the ε panel
+    frame = collect([_run(tmp_path, "static", 15.0, 0.05), _run(tmp_path, "agp-dp", 20.0, 0.1)])
+    fig = trajectories_figure(frame)
+    eps_ax = fig.axes[2]
+    first, second = eps_ax.get_lines()
+    assert list(first.get_ydata()) == list(second.get_ydata())
+    eps_ax.legend()
+    assert hidden_series(eps_ax) == []
+    plt.close(fig)

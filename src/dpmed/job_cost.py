@@ -64,6 +64,13 @@ MEM_FLOOR_MB = 2000
 CUDA_HOST_MB = 3000  # host memory of the CUDA runtime, cuDNN and cuBLAS in a torch process
 MEM_GROWTH = 1.5  # per retry
 TIME_GROWTH = 2.0  # per retry
+# A table's header of a number this model gives: it says "predicted" and names the model.
+MODEL = "job-cost model"
+REQUEST_LABELS = {
+    "mem_mb": f"mem_mb requested ({MODEL}: predicted peak × margin)",
+    "runtime_min": f"runtime_min requested ({MODEL}: predicted time × margin)",
+    "gpu_mb": f"gpu_mb bound ({MODEL}: predicted compute memory × margin)",
+}
 
 
 @dataclass(frozen=True)
@@ -181,6 +188,58 @@ def request(
         gpu_mb=gpu_mb,
         uncapped_mem_mb=wanted if wanted > cap else 0,
     )
+
+
+def predicted(
+    rule: str,
+    config: Mapping[str, Any],
+    wildcards: Mapping[str, str],
+    hp: Mapping[str, Any],
+    gpu: bool = False,
+) -> tuple[float, float]:
+    """(peak host MB, wall seconds) the fitted model predicts for one job of `rule`, before
+    the request's margins: on a GPU the host part plus `CUDA_HOST_MB`, and the time ÷
+    `resources.gpu_speedup` (an assumption); NaN for a rule not fitted yet."""
+    if rule not in coefficients()["rules"]:
+        return math.nan, math.nan
+    cost = predict(rule, *features(rule, config, wildcards, hp))
+    if gpu:
+        speedup = float(config.get("resources", {}).get("gpu_speedup", 1.0))
+        return cost.host_mb + CUDA_HOST_MB, cost.seconds / speedup
+    return cost.host_mb + cost.compute_mb, cost.seconds
+
+
+def beside_measured(config: Mapping[str, Any], grid: Grid, benchmarks: Sequence[str]) -> Any:
+    """One row per job whose Snakemake benchmark file is among `benchmarks`
+    (`benchmarks/<rule>/<run>.tsv`, `dpmed.config.study.StudySpec.log`): the wall seconds and
+    peak RSS this run measured, each beside what this model predicts for the job, then the
+    job's request; jobs ask for a GPU unless the config pins the CPU, as in the rules."""
+    import re
+
+    import pandas as pd
+
+    from dpmed.config.grid import wildcards_from_path
+
+    gpu = config["device"] != "cpu"
+    rows = []
+    for path in benchmarks:
+        rule, run = re.search(r"benchmarks/(\w+)/(.+)\.tsv$", Path(path).as_posix()).groups()
+        study = sized_rules()[rule]
+        wc = wildcards_from_path(study, f"results/{study}/{run}")
+        header, values = Path(path).read_text().splitlines()[:2]
+        measured = dict(zip(header.split("\t"), values.split("\t"), strict=True))
+        hp = grid.params(study, wc)
+        peak, seconds = predicted(rule, config, wc, hp, gpu)
+        req = request(rule, config, wc, hp, gpu=gpu)
+        rows.append({
+            "rule": rule, "run": f"results/{study}/{run}", "device": config["device"],
+            "wall_s measured (Snakemake benchmark)": float(measured["s"]),
+            f"wall_s predicted ({MODEL})": seconds,
+            "peak_rss_mb measured (Snakemake benchmark max_rss)": float(measured["max_rss"]),
+            f"peak_rss_mb predicted ({MODEL})": peak,
+            REQUEST_LABELS["mem_mb"]: req.mem_mb, REQUEST_LABELS["runtime_min"]: req.runtime,
+        })  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 def audit_request(

@@ -1,9 +1,9 @@
 """Rule claims: results/tables/claims.csv (+ .md, .html), which of each paper's claims the run
-supports, and results/measured/claims_measured.csv, its wall-clock claims
-(`dpmed.report.claims`)."""
+supports, results/tables/claims_counts.csv, its verdicts counted per paper (the report front
+page), and results/measured/claims_measured.csv, its wall-clock claims (`dpmed.report.claims`)."""
 
 from dpmed.logs import log_to
-from dpmed.report.claims import claims_tables, study_claims
+from dpmed.report.claims import claims_tables, study_claims, verdict_counts
 from dpmed.report.style import write_table
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
@@ -21,4 +21,5 @@ with log_to(smk.log[0]):
     }
     claims, measured = claims_tables(studies, smk.params.shown)
     write_table(claims, smk.output.claims[0], links="evidence")
+    write_table(verdict_counts(claims, smk.params.config_name), smk.output.counts[0])
     write_table(measured, smk.output.measured[0], links="evidence")

@@ -6,9 +6,11 @@ adds the .pdf, or the .md and .html) and its other params."""
 import importlib
 
 from dpmed.logs import log_to
+from dpmed.report.style import set_scale
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 with log_to(smk.log[0]):
+    set_scale(smk.config["data"])  # the figures' "synthetic data" mark
     module, _, name = smk.params.writer.partition(":")
     write = getattr(importlib.import_module(module), name)
     inputs = {key: list(files) for key, files in smk.input.items() if not key.startswith("_")}

@@ -27,9 +27,23 @@ from dpmed.data.fets import MODALITIES, patients_per_institution, tumour_slice
 from dpmed.fets import selection
 from dpmed.fets.aggregation import DP_MODES, aggregator_mode
 from dpmed.fets.brats import DICE_KEYS
+from dpmed.fets.claims import LEARNED_DICE
 from dpmed.fets.privacy import COLUMNS as PRIVACY_COLUMNS
-from dpmed.report.intervals import paired_tests, summarize, t_interval
-from dpmed.report.style import save_figure, write_table
+from dpmed.report.intervals import (
+    INTERVAL_METHOD,
+    MIN_SEEDS,
+    UNIT,
+    paired_tests,
+    shown_interval,
+    summarize,
+)
+from dpmed.report.style import (
+    grey_unlearned_points,
+    integer_ticks,
+    legend_handles,
+    save_figure,
+    write_table,
+)
 
 
 def run_key(run_dir: str | Path) -> dict[str, str]:
@@ -258,6 +272,7 @@ def figure3(
         ax.set_title(f"{title}\nparticipations per collaborator {counts.min()}-{counts.max()}",
                      fontsize=9)  # fmt: skip
         ax.set_xlabel("round")
+        integer_ticks(ax.xaxis)
     axes[0].set_ylabel("collaborator (partition id)")
     step = max(1, n_collaborators // 11)
     axes[0].set_yticks(
@@ -270,8 +285,8 @@ def figure3(
 
 def figure4(run_dirs: Sequence[str | Path], png_path: str | Path) -> None:
     """Fig. 4: Dice (WT, TC, ET, mean over labels) and projected convergence score per round,
-    for each method the mean over its seeds with the 95 % t-interval as a band (no band for a
-    single seed)."""
+    for each method the mean over its seeds with its interval as a band (`shown_interval`: Dice
+    on the logit scale; none from fewer than `MIN_SEEDS` seeds, the count in the legend)."""
     panels = [("dice_WT", "Dice WT"), ("dice_TC", "Dice TC"), ("dice_ET", "Dice ET"),
               ("dice_mean_labels", "mean Dice labels 0/1/2/4"),
               ("convergence_score", "projected convergence score")]  # fmt: skip
@@ -282,16 +297,24 @@ def figure4(run_dirs: Sequence[str | Path], png_path: str | Path) -> None:
     for label, seeds in methods.items():
         for ax, (column, _) in zip(axes, panels, strict=True):
             per_round = pd.concat([r.set_index("round")[column] for r in seeds], axis=1)
-            bands = np.array([t_interval(row) for row in per_round.to_numpy()])
-            line = ax.plot(per_round.index, bands[:, 0], marker="o", markersize=3, label=label)
-            if len(seeds) > 1:
+            bounds = UNIT if column.startswith("dice") else None
+            bands = np.array([shown_interval(row, bounds) for row in per_round.to_numpy()])
+            name = label if len(seeds) >= MIN_SEEDS else f"{label} (n = {len(seeds)} seeds)"
+            line = ax.plot(per_round.index, bands[:, 0], marker="o", markersize=3, label=name)
+            if bounds is UNIT:  # a final Dice below the floor: the method did not learn
+                grey_unlearned_points(ax, per_round.index[-1:], bands[-1:, 0], LEARNED_DICE,
+                                      f"final Dice < {LEARNED_DICE:g}")  # fmt: skip
+            if np.isfinite(bands[:, 1]).any():
                 ax.fill_between(per_round.index, bands[:, 1], bands[:, 2], alpha=0.2,
                                 color=line[0].get_color(), linewidth=0)  # fmt: skip
     for ax, (_, title) in zip(axes, panels, strict=True):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("round")
+        integer_ticks(ax.xaxis)
         ax.set_ylim(-0.02, 1.02)
-    axes[-1].legend(fontsize=7, loc="best")
+    axes[-1].legend(*legend_handles(fig), fontsize=7, loc="best")
+    fig.suptitle(f"fets: per-round scores, mean over seeds; {INTERVAL_METHOD}", fontsize=9)
+    fig.tight_layout()
     save_figure(fig, png_path)
 
 

@@ -27,9 +27,16 @@ import pandas as pd
 from dpmed.config.grid import wildcards_from_path
 from dpmed.config.wildcards import format_eps, parse_eps
 from dpmed.fets.aggregation import AGGREGATORS, DP_MODES, aggregator_mode
+from dpmed.fets.claims import LEARNED_DICE
 from dpmed.fets.grid import aggregator_name, participation_override
-from dpmed.report.intervals import STATS, summarize, t_interval
-from dpmed.report.style import save_figure, write_table
+from dpmed.report.intervals import INTERVAL_METHOD, STATS, shown_interval, summarize
+from dpmed.report.style import (
+    grey_unlearned_points,
+    note_seeds,
+    plain_log_ticks,
+    save_figure,
+    write_table,
+)
 
 METRIC, METRIC_LABEL = "dice_WT", "final Dice WT"
 METRICS = ("dice_WT", "dice_mean_labels")  # final-round validation Dice in the table
@@ -119,8 +126,9 @@ def sweep_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 def eps_sweep(run_dirs: Sequence[str | Path], png_path: str | Path, csv_path: str | Path) -> None:
     """The sweep figure (one panel per m: each DP mode's final Dice WT against ε0 on a log axis,
-    mean over seeds with its 95 % t-interval; the non-private baselines as horizontal lines
-    with their bands; the untrained model's Dice dotted) and its table (`sweep_table`)."""
+    mean over seeds with its interval (`shown_interval`); the non-private baselines as
+    horizontal lines with their bands; the untrained model's Dice dotted) and its table
+    (`sweep_table`)."""
     runs = runs_frame(run_dirs)
     table = sweep_table(runs)
     write_table(table, csv_path)
@@ -136,15 +144,17 @@ def eps_sweep(run_dirs: Sequence[str | Path], png_path: str | Path, csv_path: st
         for label, group in panel.groupby("method", sort=False):
             colour = colours[label]
             if not DP_MODES[group["dpmode"].iloc[0]].private:
-                mean, low, high = t_interval(group[METRIC])
+                mean, low, high = shown_interval(group[METRIC])
                 ax.axhline(mean, color=colour, linestyle="--", label=f"{label} (no DP)")
                 if math.isfinite(low):
                     ax.axhspan(low, high, color=colour, alpha=0.12, linewidth=0)
                 continue
             cells = list(group.groupby("eps", sort=True)[METRIC])
             eps = np.array([e for e, _ in cells])
-            bands = np.array([t_interval(values) for _, values in cells])
+            bands = np.array([shown_interval(values) for _, values in cells])
             ax.plot(eps, bands[:, 0], marker="o", markersize=4, color=colour, label=label)
+            note_seeds(ax, eps, bands[:, 0], [len(values) for _, values in cells])
+            grey_unlearned_points(ax, eps, bands[:, 0], LEARNED_DICE, f"Dice < {LEARNED_DICE:g}")
             if np.isfinite(bands[:, 1]).any():
                 ax.fill_between(eps, bands[:, 1], bands[:, 2], color=colour, alpha=0.2,
                                 linewidth=0)  # fmt: skip
@@ -154,6 +164,7 @@ def eps_sweep(run_dirs: Sequence[str | Path], png_path: str | Path, csv_path: st
         ax.set_title(f"m = {m} collaborators per round (rho = {rho})", fontsize=9)
         ax.set_xscale("log")
         ax.set_xlim(*span)
+        plain_log_ticks(ax.xaxis)
         ax.set_xlabel("per-round budget eps0")
         ax.set_ylim(-0.02, 1.02)
     axes[0][0].set_ylabel(METRIC_LABEL)
@@ -165,6 +176,6 @@ def eps_sweep(run_dirs: Sequence[str | Path], png_path: str | Path, csv_path: st
                ncol=min(len(legend), 4), frameon=False, bbox_to_anchor=(0.5, -0.12))  # fmt: skip
     # two lines: one line of this length is wider than a two-panel figure and was cut
     fig.suptitle(f"fets: {METRIC_LABEL} against eps0 after {runs['rounds'].max()} rounds, "
-                 f"{runs['n_parameters'].max():,} parameters\nmean over seeds, 95 % t-interval",
+                 f"{runs['n_parameters'].max():,} parameters\nmean over seeds;\n{INTERVAL_METHOD}",
                  fontsize=10, y=1.0, va="bottom")  # fmt: skip
     save_figure(fig, png_path)

@@ -12,11 +12,32 @@ from typing import Any
 
 import pandas as pd
 
+from dpmed.job_cost import MODEL as JOB_COST
+from dpmed.job_cost import REQUEST_LABELS
 from dpmed.preflight.cells import Cell, rule_jobs, study_rules
 from dpmed.preflight.cost import measured_seconds, step_measure
 
 NO_GPU = "unknown (no GPU measured)"
 TOTAL = "total"
+# The written tables' headers of the columns that hold a model's prediction, not a measurement:
+# each says "predicted" and names its model, the job-cost model (`dpmed.job_cost`, fitted
+# coefficients on CPU) or the preflight's projection (this probe's seconds per step × the
+# job's steps, `dpmed.preflight.cost`). Measured columns (`peak_rss_mb`, `s_per_step`) keep
+# their names; the job-cost model's peak sits beside the measured one.
+PROJECTION = "preflight: measured s/step × steps"
+LABELS = REQUEST_LABELS | {
+    "predicted_peak_mb": f"predicted_peak_mb ({JOB_COST}, CPU)",
+    "projected_min": f"predicted_min ({PROJECTION})",
+    "job_cost_min": f"predicted_min ({JOB_COST}, CPU)",
+    "hours_per_job": f"predicted_hours_per_job ({PROJECTION})",
+    "cpu_hours": f"predicted_cpu_hours ({PROJECTION})",
+    "gpu_hours": f"predicted_gpu_hours ({PROJECTION})",
+}
+
+
+def labelled(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` (preflight rows or `cost_frame`) with the written headers (`LABELS`)."""
+    return frame.rename(columns=LABELS)
 
 
 def cost_frame(
@@ -62,7 +83,7 @@ def cost_frame(
 
 
 def plot_cost(frame: pd.DataFrame, png_path: str | Path) -> None:
-    """Bar chart of the projected total hours per study and rule (log scale), png and pdf."""
+    """Bar chart of the predicted total hours per study and rule (log scale), png and pdf."""
     import matplotlib.pyplot as plt
 
     from dpmed.report.style import save_figure
@@ -81,7 +102,7 @@ def plot_cost(frame: pd.DataFrame, png_path: str | Path) -> None:
         for y, h in enumerate(hours):
             ax.text(h, y, f" {h:,.0f} h" if h >= 100 else f" {h:.3g} h", va="center", fontsize=8)
         device = ", ".join(sorted(set(totals["device"])))
-        ax.set_xlabel(f"projected job hours on the probing device ({device})")
-    ax.set_title("Projected cost of the grid (measured s/step × steps per job)", fontsize=9)
+        ax.set_xlabel(f"predicted job hours on the probing device ({device})")
+    ax.set_title(f"Predicted cost of the grid ({PROJECTION} per job)", fontsize=9)
     fig.tight_layout()
     save_figure(fig, png_path)

@@ -170,6 +170,15 @@ def _request(rule: str, config: Mapping[str, Any], job: Any, gpu: bool) -> Any:
     return request(rule, config, job.wc, job.params, gpu=gpu)
 
 
+def _predicted(rule: str, config: Mapping[str, Any], jobs: Sequence[Any]) -> tuple[float, float]:
+    """(peak MB, minutes) the job-cost model predicts, on the CPU it was fitted on and before
+    the request's margins, for the largest and the slowest of `jobs` (NaN: a rule not fitted)."""
+    from dpmed.job_cost import predicted
+
+    costs = [predicted(rule, config, job.wc, job.params) for job in jobs]
+    return max(peak for peak, _ in costs), max(seconds for _, seconds in costs) / 60
+
+
 def cell_rows(
     config: Mapping[str, Any], cell: Cell, calibrations: Sequence[Calibration],
     measures: Mapping[str, Any],
@@ -187,6 +196,7 @@ def cell_rows(
             if not jobs:
                 continue
             req = _request(rule, config, jobs[0], gpu)
+            predicted_peak, predicted_min = _predicted(rule, config, jobs)
             peak = measures.get("peak_rss_mb", math.nan)
             fits = ok and peak * FIT_MARGIN <= req.mem_mb
             if gpu and ok:
@@ -212,10 +222,11 @@ def cell_rows(
                 "device": measures.get("device", ""),
                 "s_per_step": measures.get(step_measure(rule, config["data"], jobs[0].wc,
                                                         jobs[0].params), math.nan),
-                "peak_rss_mb": peak, "peak_cuda_mb": measures.get("peak_cuda_mb", math.nan),
+                "peak_rss_mb": peak, "predicted_peak_mb": predicted_peak,
+                "peak_cuda_mb": measures.get("peak_cuda_mb", math.nan),
                 "parameters": measures.get("parameters", math.nan),
                 "mem_mb": req.mem_mb, "runtime_min": req.runtime, "gpu_mb": req.gpu_mb,
-                "fits_mem": fits, "projected_min": minutes,
+                "fits_mem": fits, "projected_min": minutes, "job_cost_min": predicted_min,
                 "fits_time": ok and minutes <= req.runtime,
             })  # fmt: skip
     return rows
@@ -292,7 +303,7 @@ def run_preflight(
 
     # torch, through the runners' setup: kept out of the Snakefile, which imports this module
     from dpmed.preflight.calibrate import calibrate
-    from dpmed.preflight.report import cost_frame, plot_cost
+    from dpmed.preflight.report import cost_frame, labelled, plot_cost
     from dpmed.report.style import write_table
 
     cells = distinct_cells(grid, studies)
@@ -329,9 +340,9 @@ def run_preflight(
               f"peak {measures.get('peak_rss_mb', math.nan):.0f} MB, {how}; "
               f"elapsed {elapsed / 60:.1f} min, ETA {eta / 60:.1f} min", flush=True)  # fmt: skip
     frame = pd.DataFrame(rows)
-    write_table(frame, out / "preflight.csv")
+    write_table(labelled(frame), out / "preflight.csv")
     costs = cost_frame(config, projected(cells, probed, measured))
-    write_table(costs, out / "cost.csv")
+    write_table(labelled(costs), out / "cost.csv")
     plot_cost(costs, out / "cost.png")
     failed = frame[frame["status"] != "ok"]
     for _, row in failed.iterrows():

@@ -35,17 +35,19 @@ import numpy as np
 import pandas as pd
 from scipy.special import stdtr
 
-from dpmed.report.intervals import t_interval
+from dpmed.report.intervals import MIN_SEEDS, t_interval
 from dpmed.report.outputs import LINK_SEPARATOR
 
 ALPHA = 0.05
 Test = Literal["greater", "less", "equivalent"]
 OBSERVATION_COLUMNS = ["claim", "cell", "seed", "arm", "baseline", "scale"]
+# What a reader needs first (claim, cell, verdict, reason), then the test behind the verdict.
 COLUMNS = [
-    "study", "claim", "paper", "statement", "cell", "metric", "comparison", "test", "margin",
-    "n_seeds", "min_seeds", "arm_mean", "baseline_mean", "diff_mean", "diff_ci_low",
-    "diff_ci_high", "p", "p_holm", "verdict", "reason", "evidence",
+    "claim", "cell", "verdict", "reason", "study", "paper", "statement", "metric", "comparison",
+    "test", "margin", "n_seeds", "min_seeds", "arm_mean", "baseline_mean", "diff_mean",
+    "diff_ci_low", "diff_ci_high", "p", "p_holm", "evidence",
 ]  # fmt: skip
+VERDICTS = ("supported", "contradicted", "inconclusive")
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ class Claim:
     needs: str
     evidence: tuple[str, ...]
     margin: float = 0.0
-    min_seeds: int = 3
+    min_seeds: int = MIN_SEEDS
     measured: bool = False
 
     def __post_init__(self) -> None:
@@ -317,3 +319,22 @@ def claims_tables(
         pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
         for parts in (tables[False], tables[True])
     )
+
+
+def verdict_counts(claims: pd.DataFrame, config: str) -> pd.DataFrame:
+    """Per study of a claims table (`COLUMNS`), in table order: its paper, the run's `config`,
+    how many of its rows (claim × cell) are each of `VERDICTS`, the rows, and the paired
+    seeds per cell (fewest–most): the report front page's answer."""
+    rows = []
+    for study, group in claims.groupby("study", sort=False):
+        papers = group["paper"].astype(str).str.extract(r"^(paper \d+)")[0].dropna().unique()
+        seeds = group["n_seeds"].astype(int)
+        low, high = seeds.min(), seeds.max()
+        counts = group["verdict"].value_counts()
+        rows.append(
+            {"study": study, "paper": ", ".join(papers), "config": config}
+            | {verdict: int(counts.get(verdict, 0)) for verdict in VERDICTS}
+            | {"rows": len(group), "paired_seeds": str(low) if low == high else f"{low}–{high}"}
+        )
+    columns = ["study", "paper", "config", *VERDICTS, "rows", "paired_seeds"]
+    return pd.DataFrame(rows, columns=columns)

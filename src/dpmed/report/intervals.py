@@ -4,7 +4,9 @@ shared table convention built on it (`summarize`: `n_seeds`, `<m>_mean`, `<m>_ci
 `<m>_p_vs_<baseline>`), a stratified percentile bootstrap over evaluation images for
 statistics of two samples such as an attack's AUC (`bootstrap_interval`), and its two-stage
 form over seeds, then images (`seed_bootstrap_interval`), whose interval also carries the
-variation between training runs."""
+variation between training runs. Figures draw their seed intervals with `shown_interval`
+(none from fewer than `MIN_SEEDS` seeds; on the logit scale for a bounded metric, so the
+interval stays in the metric's range)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,15 @@ import pandas as pd
 
 # Student-t CDF and quantile as scipy.stats.t computes them, without importing scipy.stats
 # (0.5 s of every table and figure job)
-from scipy.special import stdtr, stdtrit
+from scipy.special import expit, logit, stdtr, stdtrit
+
+MIN_SEEDS = 3  # fewest seeds a claim is tested on, and a figure draws an interval from
+UNIT = (0.0, 1.0)  # range of Dice, AUC, F1, accuracy: `shown_interval`'s default bounds
+EDGE = 1e-3  # values at a bound are moved this far inside it (unit scale) before the logit
+INTERVAL_METHOD = (
+    f"95 % t-interval over seeds, on the logit scale for bounded metrics (stays in range); "
+    f"none drawn from fewer than {MIN_SEEDS} seeds (the count is written instead)"
+)
 
 
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
@@ -33,16 +43,41 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float
     return mean, mean - float(half), mean + float(half)
 
 
-def half_width(values: Sequence[float], confidence: float = 0.95) -> float:
-    """Half the width of `t_interval` over the finite `values`, for a symmetric error bar;
-    NaN where the interval is undefined (fewer than two values): no error bar is drawn, where
-    a zero-width one would read as a precise estimate."""
+def shown_interval(
+    values: Sequence[float],
+    bounds: tuple[float, float] | None = UNIT,
+    confidence: float = 0.95,
+    min_seeds: int = MIN_SEEDS,
+) -> tuple[float, float, float]:
+    """(mean, lower, upper) that a figure draws for the finite `values`, one per seed: the
+    mean, and no interval (NaN bounds) from fewer than `min_seeds` values, the count a claim
+    needs to be tested. With `bounds` (lo, hi), a metric confined to them, the Student-t
+    interval is taken on the logit scale of (v − lo) / (hi − lo) (values at a bound moved
+    `EDGE` inside it) and back-transformed, so it stays within the bounds, widened if needed
+    to hold the mean; `bounds` None: `t_interval`. No values: NaN."""
     x = np.asarray(values, dtype=float)
     x = x[np.isfinite(x)]
-    if x.size < 2:
-        return math.nan
-    mean, _, high = t_interval(x, confidence)
-    return high - mean
+    if not x.size:
+        return (math.nan,) * 3
+    mean = float(x.mean())
+    if x.size < max(min_seeds, 2):
+        return mean, math.nan, math.nan
+    if bounds is None:
+        return t_interval(x, confidence)
+    lo, hi = bounds
+    unit = np.clip((x - lo) / (hi - lo), EDGE, 1 - EDGE)
+    _, low, high = t_interval(logit(unit), confidence)
+    low, high = lo + (hi - lo) * float(expit(low)), lo + (hi - lo) * float(expit(high))
+    return mean, min(low, mean), max(high, mean)
+
+
+def error_bars(
+    values: Sequence[float], bounds: tuple[float, float] | None = UNIT, confidence: float = 0.95
+) -> tuple[float, float, float]:
+    """(mean, below, above) of `shown_interval`: the distances from the mean to its bounds,
+    for an asymmetric error bar; NaN where no interval is drawn."""
+    mean, low, high = shown_interval(values, bounds, confidence)
+    return mean, mean - low, high - mean
 
 
 STATS = ("mean", "ci_low", "ci_high")  # suffixes of the columns `summarize` gives a metric

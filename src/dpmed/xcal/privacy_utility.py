@@ -12,7 +12,8 @@ import pandas as pd
 
 from dpmed.report import privacy_utility
 from dpmed.report.style import save_figure, write_table
-from dpmed.xcal.report import collect
+from dpmed.xcal.claims import CHANCE_FACTOR
+from dpmed.xcal.report import UNLEARNED_RULE, chance, collect
 from dpmed.xcal.shifts import POOLED
 
 METRIC = "f1"
@@ -48,6 +49,10 @@ def privacy_utility_report(
     """Write the figure (`png_path` + .pdf) and its plotted values (`csv_path` + twins:
     panel, line, eps, n_seeds, f1_mean, f1_ci_low, f1_ci_high)."""
     data = privacy_utility.points(utility_runs(metrics_paths))
-    fig = privacy_utility.figure(data, "test F1", "xcal: test F1 vs ε (IID)")
+    chances = {panel: chance(panel.split(" · ")[0]) for panel in data["panel"]}
+    floors = {panel: CHANCE_FACTOR * level for panel, level in chances.items()}
+    fig = privacy_utility.figure(
+        data, "test F1", "xcal: test F1 vs ε (IID)", floors, UNLEARNED_RULE, chances
+    )
     save_figure(fig, png_path)
     write_table(privacy_utility.named(data, METRIC), csv_path)

@@ -43,8 +43,19 @@ import pandas as pd  # noqa: E402
 
 from dpmed.config.grid import wildcards_from_path  # noqa: E402
 from dpmed.config.wildcards import parse_eps  # noqa: E402
-from dpmed.report.intervals import paired_tests, summarize  # noqa: E402
-from dpmed.report.style import save_figure, write_table  # noqa: E402
+from dpmed.data.registry import DATASET_REGISTRY  # noqa: E402
+from dpmed.report.intervals import UNIT, error_bars, paired_tests, summarize  # noqa: E402
+from dpmed.report.style import (  # noqa: E402
+    chance_line,
+    grey_unlearned,
+    integer_ticks,
+    note_seeds,
+    plain_log_ticks,
+    save_figure,
+    series_look,
+    write_table,
+)
+from dpmed.xcal.claims import CHANCE_FACTOR  # noqa: E402
 from dpmed.xcal.methods import (  # noqa: E402
     BASELINE,
     NON_PRIVATE,
@@ -183,12 +194,17 @@ def shift_table(frame: pd.DataFrame) -> pd.DataFrame:
 def ablation_table(frame: pd.DataFrame) -> pd.DataFrame:
     """XCal-FL presets and the random-σ_t control (preset `CONTROL_LABEL`) × ε (IID): F1,
     ROAD (%) and combined ROAD (paper §7), mean and 95 % t-interval over seeds."""
+    return summarize(_ablation_runs(frame), ABLATION_KEYS, ["f1", "road", "road_combined"])
+
+
+ABLATION_KEYS = ["dataset", "model", "preset", "clients", "eps"]
+
+
+def _ablation_runs(frame: pd.DataFrame) -> pd.DataFrame:
+    """The IID XCal-FL and random-σ_t runs, each with its `preset`."""
     base = frame["method"].map(_base)
     xcal = frame[base.isin([PROPOSED, RANDOM_CONTROL]) & (frame["shift"] == POOLED)]
-    presets = xcal["method"].map(lambda m: split_method(m)[1] or CONTROL_LABEL)
-    xcal = xcal.assign(preset=presets)
-    keys = ["dataset", "model", "preset", "clients", "eps"]
-    return summarize(xcal, keys, ["f1", "road", "road_combined"])
+    return xcal.assign(preset=xcal["method"].map(lambda m: split_method(m)[1] or CONTROL_LABEL))
 
 
 def runtime_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -253,6 +269,15 @@ def _label(row: pd.Series) -> str:
     return f"{row['method']} ε={eps}"
 
 
+def chance(dataset: str) -> float:
+    """Macro F1 of a classifier that guesses among the K classes of `dataset`: 1/K. The
+    claims layer counts a run below `CHANCE_FACTOR` times it as one that did not learn."""
+    return 1 / DATASET_REGISTRY[dataset].n_classes
+
+
+UNLEARNED_RULE = f"F1 < {CHANCE_FACTOR:g}/K"
+
+
 def _no_data(ax: plt.Axes, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
     ax.set_axis_off()
@@ -278,13 +303,16 @@ def trajectories_figure(frame: pd.DataFrame) -> plt.Figure:
         for i, (_, run) in enumerate(runs.iterrows()):
             rounds = pd.read_csv(Path(run["run"]) / "rounds.csv")
             road = json.loads((Path(run["run"]) / "road.json").read_text())
-            style = "-" if _base(run["method"]) == PROPOSED else "--"
-            line = {"color": f"C{i % 10}", "marker": "o", "ms": 3}
+            # each run its own line style and hollow marker: runs with equal ε per round
+            # (static DP-SGD and AGP-DP) are drawn on the same points and must both show
+            look = series_look(i)
+            line = {"color": f"C{i % 10}", "ms": 4, "marker": look["marker"], "mfc": "none"}
             label = f"{_label(run)} c{run['clients']}"
-            row_axes[0].plot(rounds["round"], rounds["f1"], style, label=label, **line)
+            style = {"linestyle": look["linestyle"], "label": label, **line}
+            row_axes[0].plot(rounds["round"], rounds["f1"], **style)
             with_road = rounds.dropna(subset=["road"])
-            row_axes[1].plot(with_road["round"], with_road["road"], style, label=label, **line)
-            row_axes[2].plot(rounds["round"], rounds["epsilon"], style, label=label, **line)
+            row_axes[1].plot(with_road["round"], with_road["road"], **style)
+            row_axes[2].plot(rounds["round"], rounds["epsilon"], **style)
             removed = 100 * np.asarray(road["percentages"])
             row_axes[3].plot(removed, road["morf_drop"], "-", label=f"{label} MoRF", **line)
             row_axes[3].plot(removed, road["lerf_drop"], ":", label=f"{label} LeRF", **line)
@@ -292,6 +320,7 @@ def trajectories_figure(frame: pd.DataFrame) -> plt.Figure:
                 removed, road["random"]["morf_drop"], "--", label=f"{label} random",
                 alpha=0.5, **line,
             )  # fmt: skip
+        chance_line(row_axes[0], chance(dataset))
         row_axes[0].set(title=f"{dataset} / {model}: macro F1", xlabel="round", ylabel="macro F1")
         row_axes[1].set(title=f"{dataset} / {model}: ROAD", xlabel="round", ylabel=ROAD_LABEL)
         row_axes[2].set(
@@ -303,7 +332,10 @@ def trajectories_figure(frame: pd.DataFrame) -> plt.Figure:
             xlabel="pixels removed (%)",
             ylabel="confidence drop (%)",
         )
-        row_axes[1].legend(fontsize=7)
+        for ax in row_axes[:3]:
+            integer_ticks(ax.xaxis)
+        plain_log_ticks(row_axes[2].yaxis)
+        row_axes[0].legend(fontsize=7)
         row_axes[3].legend(fontsize=6)
     fig.tight_layout()
     return fig
@@ -324,50 +356,67 @@ def clients_shift_figure(frame: pd.DataFrame) -> plt.Figure:
         label = f"{key[0]} {key[1]} {key[2]} {key[3]} ε={key[4]:g}"
         axes[0].plot(group["clients"], group["f1"], style, marker="o", label=label)
         axes[1].plot(group["clients"], group["road"], style, marker="o", label=label)
+    for k in sorted({DATASET_REGISTRY[d].n_classes for d in fed["dataset"]}):
+        chance_line(axes[0], 1 / k, f"chance 1/K, K = {k}")
     for ax, name in zip(axes, ("macro F1", ROAD_LABEL), strict=True):
         ax.set(xlabel="clients", ylabel=name, xscale="log")
         ax.minorticks_off()
         ax.set_xticks(sorted(fed["clients"].unique()))
         ax.set_xticklabels([str(c) for c in sorted(fed["clients"].unique())])
-    axes[1].legend(fontsize=6)
+    axes[0].legend(fontsize=6)
     fig.tight_layout()
     return fig
 
 
 def ablation_figure(frame: pd.DataFrame) -> plt.Figure:
     """Grouped bars: F1 and ROAD per preset at each ε (one group per dataset × model × ε),
-    mean over seeds with the 95 % t-interval as error bar (none with one seed)."""
+    mean over seeds with its interval as error bar (`error_bars`: F1 within [0, 1] on the
+    logit scale, ROAD, unbounded below, a t-interval; none from fewer than 3 seeds, whose
+    count is written instead)."""
+    runs = _ablation_runs(frame)
     table = ablation_table(frame)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     if table.empty:
         _no_data(axes[0], "no xcal runs")
         _no_data(axes[1], "")
         return fig
-    table = table.assign(
-        group=[
-            f"{d}\n{m}\nε={e:g} c{c}"
-            for d, m, e, c in zip(
-                table["dataset"], table["model"], table["eps"], table["clients"], strict=True
-            )
-        ]
-    )
+    keys = ["dataset", "model", "clients", "eps"]
+    table = table.assign(group=[_group_label(*row) for row in table[keys].to_numpy()])
     groups = list(dict.fromkeys(table["group"]))
     presets = list(dict.fromkeys(table["preset"]))
     width = 0.8 / len(presets)
-    for ax, metric in zip(axes, ("f1", "road"), strict=True):
+    for ax, metric, bounds in zip(axes, ("f1", "road"), (UNIT, None), strict=True):
         for i, preset in enumerate(presets):
-            sub = table[table["preset"] == preset].set_index("group")
-            values = [sub[f"{metric}_mean"].get(g, np.nan) for g in groups]
-            errors = (sub[f"{metric}_ci_high"] - sub[f"{metric}_mean"]).fillna(0.0)
-            errors = [errors.get(g, 0.0) for g in groups]
+            cells = {
+                _group_label(*key): (*error_bars(cell[metric], bounds), len(cell))
+                for key, cell in runs[runs["preset"] == preset].groupby(keys, sort=False)
+            }
+            bars = [cells.get(g, (np.nan, np.nan, np.nan, 0)) for g in groups]
             x = np.arange(len(groups)) + i * width
-            ax.bar(x, values, width, yerr=errors, capsize=2, label=preset)
+            values = [b[0] for b in bars]
+            errors = [[b[1] for b in bars], [b[2] for b in bars]]
+            drawn = ax.bar(x, values, width, yerr=errors, capsize=2, label=preset)
+            note_seeds(ax, x, values, [b[3] for b in bars])
+            if metric == "f1":
+                floors = [CHANCE_FACTOR * chance(g.split("\n")[0]) for g in groups]
+                for bar, floor in zip(drawn, floors, strict=True):
+                    grey_unlearned(ax, [bar], floor, UNLEARNED_RULE)
+        if metric == "f1":  # chance under each group of bars, 1/K of its dataset
+            for j, group in enumerate(groups):
+                span = (j - width / 2, j + len(presets) * width - width / 2)
+                chance_line(ax, chance(group.split("\n")[0]), span=span)
         ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2)
         ax.set_xticklabels(groups, fontsize=6)
         ax.set_ylabel("macro F1" if metric == "f1" else ROAD_LABEL)
-    axes[1].legend(fontsize=7)
+    handles = dict(zip(*reversed(axes[0].get_legend_handles_labels()), strict=True))
+    axes[1].legend(list(handles.values()), list(handles), fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def _group_label(dataset: str, model: str, clients: int, eps: float) -> str:
+    """A bar group of the ablation figure: dataset, model, ε and client count."""
+    return f"{dataset}\n{model}\nε={eps:g} c{clients}"
 
 
 def _pairs(frame: pd.DataFrame) -> list[tuple[pd.Series, pd.Series]]:

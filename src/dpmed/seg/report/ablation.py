@@ -28,7 +28,8 @@ import pandas as pd
 from dpmed.config.wildcards import format_eps, parse_eps
 from dpmed.privacy.clipping import paper_column_order
 from dpmed.report.intervals import paired_p, summarize, t_interval
-from dpmed.report.style import save_figure, write_table
+from dpmed.report.style import grey_unlearned_cells, save_figure, write_table
+from dpmed.seg.claims import LEARNED_DICE
 from dpmed.seg.grid import SEG_DATASETS, clip_overrides, clip_rule
 from dpmed.seg.morphology import RETINAL_DATASET, morph_kind, parse_morph
 from dpmed.seg.report.labels import clip_label, clip_order, model_label, model_order
@@ -105,6 +106,9 @@ def lr_clip_figure(metrics_paths: Iterable[str | Path], png_path: str | Path) ->
         ax.set_xlabel("clipping threshold C")
         ax.set_ylabel("learning rate")
         ax.set_title(f"{dataset} · {model_label(model)} · {clip_label(rule)} · ε={eps}")
+        grey_unlearned_cells(ax, mean.to_numpy(float), LEARNED_DICE, f"Dice < {LEARNED_DICE:g}")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="upper right")
         fig.colorbar(image, ax=ax, label="test Dice")
     fig.suptitle("Clipping ablation: test Dice over learning rate × C (mean over seeds)")
     save_figure(fig, png_path)

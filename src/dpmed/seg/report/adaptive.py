@@ -22,12 +22,19 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.patches import Patch
-from matplotlib.ticker import MaxNLocator
 
 from dpmed.config.grid import wildcards_from_path
 from dpmed.data.oct import DUKE_CLASSES
-from dpmed.report.intervals import half_width
-from dpmed.report.style import label_bars, save_figure
+from dpmed.report.intervals import INTERVAL_METHOD, error_bars
+from dpmed.report.style import (
+    grey_unlearned,
+    integer_ticks,
+    label_bars,
+    legend_handles,
+    note_seeds,
+    save_figure,
+)
+from dpmed.seg.claims import LEARNED_DICE
 from dpmed.seg.grid import clip_overrides
 from dpmed.seg.morphology import (
     OPERATIONS,
@@ -72,17 +79,17 @@ def _category(morph: str) -> str | None:
     return spec.variant + ("-s" if spec.scope == "sample" else "")
 
 
-def _bar(cell_runs: pd.DataFrame, key: str) -> tuple[float, float, str]:
-    """(mean, 95 % t-interval half-width, name) of test Dice for bar `key` in one
-    (model, clip, ε) group."""
+def _bar(cell_runs: pd.DataFrame, key: str) -> tuple[float, float, float, str, int]:
+    """(mean, below, above, name, seeds) of test Dice for bar `key` in one (model, clip, ε)
+    group: `error_bars` (NaN where no interval is drawn), the fixed variant's name."""
     runs = cell_runs[cell_runs["category"] == key]
     if key == "fixed" and not runs.empty:
         means = runs.groupby("morph", as_index=False)["val_dice"].mean()
         runs = runs[runs["morph"] == best_fixed(means)["morph"]]
     if runs.empty:
-        return np.nan, np.nan, ""
-    half = half_width(runs["dice"])
-    return float(runs["dice"].mean()), half, runs["morph"].iloc[0] if key == "fixed" else ""
+        return np.nan, np.nan, np.nan, "", 0
+    name = runs["morph"].iloc[0] if key == "fixed" else ""
+    return *error_bars(runs["dice"]), name, len(runs)
 
 
 def adaptive_figure(metrics_paths: Iterable[str | Path], png_path: str | Path) -> None:
@@ -107,28 +114,32 @@ def adaptive_figure(metrics_paths: Iterable[str | Path], png_path: str | Path) -
         x = np.arange(len(groups))
         for i, (key, label, colour, hatched) in enumerate(drawn_bars):
             cells = [_bar(sub[(sub["clip"] == c) & (sub["eps"] == e)], key) for c, e in groups]
+            at = x + (i - (len(drawn_bars) - 1) / 2) * width
             drawn = ax.bar(
-                x + (i - (len(drawn_bars) - 1) / 2) * width,
+                at,
                 [c[0] for c in cells],
                 width,
-                yerr=[c[1] for c in cells],
+                yerr=[[c[1] for c in cells], [c[2] for c in cells]],
                 capsize=2,
                 label=label,
                 color=f"C{colour}",
                 hatch="//" if hatched else None,
                 edgecolor="white" if hatched else None,
             )
-            label_bars(ax, drawn, [c[2] for c in cells], [c[1] for c in cells])
+            label_bars(ax, drawn, [c[3] for c in cells], [c[2] for c in cells])
+            note_seeds(ax, at, [c[0] for c in cells], [c[4] for c in cells])
+            grey_unlearned(ax, drawn, LEARNED_DICE, f"Dice < {LEARNED_DICE:g}")
         ax.set_xticks(x, [labels[g] for g in groups], fontsize=8)
         ax.set_xlim(-0.7, len(groups) - 0.3)
         ax.set_ylabel("test Dice ↑")
         ax.set_title(model_label(model))
-    handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
+    handles = dict(zip(*reversed(legend_handles(fig)), strict=True))
     names = [b[1] for b in categories if b[1] in handles]
+    names += [n for n in handles if n not in names]  # "did not learn"
     fig.legend([handles[n] for n in names], names, fontsize=8, loc="outside right")
     fig.suptitle(
         f"{RETINAL_DATASET}: adaptive DP-Morph vs fixed vs none "
-        "(test set, mean ± 95 % t-interval over seeds)"
+        f"(test set, mean;\n{INTERVAL_METHOD})"
     )
     save_figure(fig, png_path)
 
@@ -174,7 +185,7 @@ def layer_figure(run_dirs: Iterable[str | Path], png_path: str | Path) -> None:
         for name, style in (("t_thin", ":"), ("t_thick", "--")):
             top.plot(thresholds.index, thresholds[name], style, color="black", label=name)
         top.set_xlabel("epoch")
-        top.xaxis.set_major_locator(MaxNLocator(integer=True))
+        integer_ticks(top.xaxis)
         top.set_ylabel("mean thickness (px per column)")
         top.set_title(f"{labels[wc['clip'], wc['eps']]} (seed {wc['seed']})")
         last = log[log["epoch"] == log["epoch"].max()].set_index("class")["operation"]

@@ -16,7 +16,9 @@ includes the variation between training runs, NaN with one seed.
 Figure: one panel per dataset, (a) Duke (b) UMN (c) COVID-19 lung CT as present; the paper's
 cells only (a plain clip rule, morph none or a fixed variant, no -q/-s suffix); per model (and
 fixed morph variant) one bar per clip rule and ε: balanced accuracy at the calibrated threshold
-(mean over seeds, 95 % t-interval as error bar), AUC as a marker, chance (0.5) dashed.
+(mean over seeds, its interval as error bar: `dpmed.report.intervals.error_bars`, within
+[0, 1]; none from fewer than 3 seeds, whose count is written instead), AUC as a marker,
+chance (0.5) dashed.
 """
 
 from __future__ import annotations
@@ -35,12 +37,14 @@ from dpmed.errors import DataFormatError
 from dpmed.metrics.membership import THRESHOLD_FREE
 from dpmed.privacy.clipping import CLIP_RULES
 from dpmed.report.intervals import (
+    INTERVAL_METHOD,
     bootstrap_interval,
+    error_bars,
     paired_tests,
     seed_bootstrap_interval,
     summarize,
 )
-from dpmed.report.style import save_figure, write_table
+from dpmed.report.style import note_seeds, save_figure, write_table
 from dpmed.seg.grid import SEG_DATASETS, clip_rule
 from dpmed.seg.morphology import is_plain, morph_kind
 from dpmed.seg.report.labels import clip_label, clip_order, dataset_label, model_label, model_order
@@ -120,10 +124,25 @@ def is_paper_cell(clip: str, morph: str) -> bool:
     return clip_rule(clip) == clip and morph_kind(morph) != "adaptive" and is_plain(morph)
 
 
-def attack_figure(table: pd.DataFrame, png_path: str | Path) -> None:
-    """Fig. 9 from `attack_table` rows (paper cells only); one legend for all panels (colour =
-    clip rule, hatch = ε rank of that rule over the figure)."""
-    cells = table[[is_paper_cell(c, m) for c, m in zip(table["clip"], table["morph"], strict=True)]]
+def figure_cells(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per paper cell of `collect_attacks` rows: `n_seeds`, mean AUC, mean balanced accuracy
+    and its error bar (`ba_below`, `ba_above`: `error_bars` within [0, 1])."""
+    runs = runs[[is_paper_cell(c, m) for c, m in zip(runs["clip"], runs["morph"], strict=True)]]
+    rows = []
+    for key, cell in runs.groupby(CELL, sort=False):
+        mean, below, above = error_bars(cell["balanced_accuracy"])
+        rows.append(dict(zip(CELL, key, strict=True)) | {
+            "n_seeds": len(cell), "auc_mean": cell["auc"].mean(),
+            "balanced_accuracy_mean": mean, "ba_below": below, "ba_above": above,
+        })  # fmt: skip
+    return pd.DataFrame(rows, columns=[*CELL, "n_seeds", "auc_mean", "balanced_accuracy_mean",
+                                       "ba_below", "ba_above"])  # fmt: skip
+
+
+def attack_figure(runs: pd.DataFrame, png_path: str | Path) -> None:
+    """Fig. 9 from `collect_attacks` rows (paper cells only, `figure_cells`); one legend for
+    all panels (colour = clip rule, hatch = ε rank of that rule over the figure)."""
+    cells = figure_cells(runs)
     if cells.empty:
         raise ValueError("no attack results of paper cells (plain clip, morph none or fixed)")
     series = _sorted_series(cells)
@@ -149,7 +168,7 @@ def attack_figure(table: pd.DataFrame, png_path: str | Path) -> None:
     )
     fig.suptitle(
         "Global-loss membership attack per clipping rule (bars: balanced accuracy at the "
-        "calibrated threshold, mean and 95 % t-interval over seeds; diamonds: mean AUC)",
+        f"calibrated threshold, mean; diamonds: mean AUC)\n{INTERVAL_METHOD}",
         fontsize=9,
     )
     save_figure(fig, png_path)
@@ -168,11 +187,8 @@ def _series_label(clip: str, eps: str) -> str:
 
 
 def _error_bar(row: object | None) -> tuple[float, float]:
-    """(below, above) the mean balanced accuracy to the t-interval bounds; none with one seed."""
-    if row is None or math.isnan(row.balanced_accuracy_ci_low):
-        return 0.0, 0.0
-    mean = row.balanced_accuracy_mean
-    return mean - row.balanced_accuracy_ci_low, row.balanced_accuracy_ci_high - mean
+    """(below, above) the mean balanced accuracy to its drawn interval; NaN: none."""
+    return (math.nan, math.nan) if row is None else (row.ba_below, row.ba_above)
 
 
 def _panel(ax: plt.Axes, cells: pd.DataFrame, all_series: list[tuple[str, str]]) -> None:
@@ -204,6 +220,7 @@ def _panel(ax: plt.Axes, cells: pd.DataFrame, all_series: list[tuple[str, str]])
             hatch=HATCHES[eps_rank % len(HATCHES)],
             edgecolor="white",
         )
+        note_seeds(ax, offset, ba, [0 if r is None else r.n_seeds for r in picked])
         ax.plot(offset, auc, "D", color="black", markersize=4, label="AUC")
     ax.axhline(0.5, color="grey", linestyle="--", linewidth=1, label="chance")
     names = [model_label(m) + ("" if morph == "none" else f"\n{morph}") for m, morph in groups]
@@ -215,7 +232,8 @@ def attack_report(
     attack_paths: Iterable[str | Path], png_path: str | Path, csv_path: str | Path
 ) -> pd.DataFrame:
     """Write the table (csv + md) of every run and the Fig. 9 figure (png + pdf)."""
-    table = attack_table(collect_attacks(attack_paths))
+    runs = collect_attacks(attack_paths)
+    table = attack_table(runs)
     write_table(table, csv_path)
-    attack_figure(table, png_path)
+    attack_figure(runs, png_path)
     return table

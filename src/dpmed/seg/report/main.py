@@ -27,8 +27,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from dpmed.report.intervals import half_width, paired_tests, summarize
-from dpmed.report.style import label_bars, save_figure, write_table
+from dpmed.report.intervals import INTERVAL_METHOD, UNIT, error_bars, paired_tests, summarize
+from dpmed.report.style import (
+    grey_unlearned,
+    label_bars,
+    legend_handles,
+    note_seeds,
+    save_figure,
+    write_table,
+)
+from dpmed.seg.claims import LEARNED_DICE
 from dpmed.seg.grid import SEG_DATASETS, STRUCTURE_DATASETS
 from dpmed.seg.morphology import MORPH_KINDS, morph_kind, parse_morph
 from dpmed.seg.report.labels import clip_label, clip_order, model_label, model_order
@@ -142,19 +150,28 @@ def write_main_table(
     write_table(main_table(collect_runs(metrics_paths), dataset), csv_path)
 
 
+BOUNDS = {"dice": UNIT, "hd95": None, "s_alpha": UNIT}  # the drawn metrics' ranges
+
+
 def _cell_means(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, clip, morph): seeds `n`, the drawn metrics' means and error bars
+    (`<m>_below`, `<m>_above`: `error_bars` within the metric's range), val Dice, seconds."""
     cols = ["model", "clip", "morph"]
+    bars = {
+        f"{m}_{side}": (m, lambda v, b=bounds, i=i: error_bars(v, b)[i])
+        for m, bounds in BOUNDS.items()
+        for i, side in ((1, "below"), (2, "above"))
+    }
     return (
         runs.groupby(cols, sort=False)
         .agg(
+            n=("dice", "size"),
             dice=("dice", "mean"),
-            dice_ci=("dice", half_width),
             hd95=("hd95", "mean"),
-            hd95_ci=("hd95", half_width),
             s_alpha=("s_alpha", "mean"),
-            s_alpha_ci=("s_alpha", half_width),
             val_dice=("val_dice", "mean"),
             seconds=("train_seconds", "mean"),
+            **bars,
         )
         .reset_index()
     )
@@ -179,23 +196,30 @@ def clipping_figure(
             for offset, (label, pick) in zip(
                 (-0.2, 0.2), (("no morph", _no_morph), ("morph", best_fixed)), strict=True
             ):
-                heights, errs, names = [], [], []
+                heights, errs, names, counts = [], [[], []], [], []
                 for clip in clips:
                     chosen = pick(mc[mc["clip"] == clip])
                     heights.append(np.nan if chosen is None else chosen[metric])
-                    errs.append(np.nan if chosen is None else chosen[f"{metric}_ci"])
+                    for side, err in zip(("below", "above"), errs, strict=True):
+                        err.append(np.nan if chosen is None else chosen[f"{metric}_{side}"])
                     names.append("" if chosen is None or label == "no morph" else chosen["morph"])
+                    counts.append(0 if chosen is None else int(chosen["n"]))
+                if not np.isfinite(heights).any():
+                    continue  # no run of this series: no bars, no legend entry
                 bars = ax.bar(x + offset, heights, 0.4, yerr=errs, label=label, capsize=2)
-                label_bars(ax, bars, names, errs)
+                label_bars(ax, bars, names, errs[1])
+                note_seeds(ax, x + offset, heights, counts)
+                if metric == "dice":
+                    grey_unlearned(ax, bars, LEARNED_DICE, f"Dice < {LEARNED_DICE:g}")
             ax.set_xticks(x, [clip_label(c) for c in clips], fontsize=8)
             ax.set_xlim(-0.7, len(clips) - 0.3)
             ax.set_ylabel(labels[metric])
             if row == 0:
                 ax.set_title(model_label(model))
-    axes[0, 0].legend(fontsize=8)
+    axes[0, 0].legend(*legend_handles(fig), fontsize=8)
     fig.suptitle(
         f"{dataset}: clipping strategies with and without DP-Morph "
-        "(test set, mean ± 95 % t-interval over seeds)"
+        f"(test set, mean;\n{INTERVAL_METHOD})"
     )
     save_figure(fig, png_path)
 

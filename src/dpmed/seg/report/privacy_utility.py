@@ -13,6 +13,7 @@ import pandas as pd
 from dpmed.config.wildcards import parse_eps
 from dpmed.report import privacy_utility
 from dpmed.report.style import save_figure, write_table
+from dpmed.seg.claims import LEARNED_DICE
 from dpmed.seg.grid import SEG_DATASETS
 from dpmed.seg.morphology import MORPH_KINDS, morph_kind
 from dpmed.seg.report.labels import clip_order, dataset_label, model_label, model_order
@@ -66,6 +67,8 @@ def privacy_utility_report(
     """Write the figure (`png_path` + .pdf) and its plotted values (`csv_path` + twins:
     panel, line, eps, n_seeds, dice_mean, dice_ci_low, dice_ci_high)."""
     data = privacy_utility.points(utility_runs(metrics_paths))
-    fig = privacy_utility.figure(data, "test Dice", "seg: test Dice vs ε")
+    floors = dict.fromkeys(data["panel"], LEARNED_DICE)
+    rule = f"Dice < {LEARNED_DICE:g}"
+    fig = privacy_utility.figure(data, "test Dice", "seg: test Dice vs ε", floors, rule)
     save_figure(fig, png_path)
     write_table(privacy_utility.named(data, METRIC), csv_path)
