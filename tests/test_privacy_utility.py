@@ -155,7 +155,10 @@ def test_the_figure_draws_a_line_per_method_and_a_reference_per_non_private_one(
     plt.close(fig)
 
 
-def test_a_panel_without_private_runs_says_so_on_the_figures_log_axis(tmp_path):
+def test_a_panel_without_private_runs_is_named_not_drawn(tmp_path):
+    """A panel holding only the non-private reference shows nothing of privacy vs utility:
+    it is dropped and the title names it; with no private run anywhere every panel stays,
+    saying why."""
     runs = pd.DataFrame(
         {
             "panel": ["dp", "dp", "ref only"],
@@ -165,10 +168,12 @@ def test_a_panel_without_private_runs_says_so_on_the_figures_log_axis(tmp_path):
         }
     )
     fig = figure(points(runs), "u", "t")
-    panel = fig.axes[1]
-    assert panel.get_title() == "ref only" and panel.get_xscale() == "log"
-    assert "no private run" in panel.texts[0].get_text()
-    assert panel.get_xlim() == pytest.approx(fig.axes[0].get_xlim())
+    assert [ax.get_title() for ax in fig.axes] == ["dp"]
+    assert "not drawn, no private run in the grid: ref only" in fig._suptitle.get_text()
+    plt.close(fig)
+    fig = figure(points(runs[runs["panel"] == "ref only"]), "u", "t")
+    assert [ax.get_title() for ax in fig.axes] == ["ref only"]
+    assert "no private run" in fig.axes[0].texts[0].get_text()
     plt.close(fig)
 
 

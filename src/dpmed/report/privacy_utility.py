@@ -70,7 +70,12 @@ def figure(
     non-private references. A point below its panel's learning floor (`floors[panel]`, the
     claims layer's: `rule` says it) is greyed, "did not learn"; `chances[panel]`: the
     chance line of a classification panel."""
-    panels = list(dict.fromkeys(data["panel"]))
+    every = list(dict.fromkeys(data["panel"]))
+    # a panel with no private run has nothing to say about privacy vs utility: named in the
+    # title instead of drawn (unless no panel has one)
+    private = set(data.loc[np.isfinite(data["eps"]), "panel"])
+    panels = [p for p in every if p in private] or every
+    dropped = [p for p in every if p not in panels]
     # up to 3 columns, as few unused slots as possible (4 panels: 2 × 2, not 3 + 1 + 2 blank)
     cols = min((c for c in (3, 2, 1) if c <= max(len(panels), 1)), key=lambda c: -len(panels) % c)
     rows = max(math.ceil(len(panels) / cols), 1)
@@ -120,6 +125,7 @@ def figure(
         ax.set_xlabel("ε")
         ax.set_ylabel(ylabel)
         ax.legend(fontsize=6)
-    fig.suptitle(f"{title}\n(mean; {INTERVAL_METHOD})", fontsize=9)
+    note = f"\nnot drawn, no private run in the grid: {', '.join(dropped)}" if dropped else ""
+    fig.suptitle(f"{title}\n(mean; {INTERVAL_METHOD}){note}", fontsize=9)
     fig.tight_layout()
     return fig
