@@ -243,6 +243,10 @@ def test_points_that_did_not_learn_are_greyed_and_classification_panels_show_cha
     (ax,) = figures[0].axes
     grey = [ln for ln in ax.get_lines() if ln.get_markerfacecolor() == "lightgrey"]
     assert len(grey) == 1 and list(grey[0].get_xdata()) == [5.0]  # only the run at 0.13
+    # greyed, the point keeps its series' marker and colour: methods stay told apart
+    series = [ln for ln in ax.get_lines() if ln.get_markerfacecolor() == "none"]
+    looks = [(ln.get_marker(), ln.get_color()) for ln in series]
+    assert looks == [(grey[0].get_marker(), grey[0].get_markeredgecolor())]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "did not learn (F1 < 1.5/K)" in labels and "chance (1/K)" in labels
     (chance,) = [ln for ln in ax.get_lines() if ln.get_label() == "chance (1/K)"]

@@ -103,7 +103,15 @@ def figure(
                 )  # fmt: skip
                 note_seeds(ax, x, private["mean"], private["n_seeds"])
                 if floors is not None:
-                    grey_unlearned_points(ax, x, private["mean"], floors[panel], rule)
+                    grey_unlearned_points(
+                        ax,
+                        x,
+                        private["mean"],
+                        floors[panel],
+                        rule,
+                        series_look(i)["marker"],
+                        color,
+                    )
             for ref in pts[~np.isfinite(pts["eps"])].itertuples(index=False):
                 dashes = (0, (6, 2 + i % 4))  # dashed, a period of its own per line
                 ax.axhline(ref.mean, color=color, linestyle=dashes, label=f"{line} (ε = ∞)")

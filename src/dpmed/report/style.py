@@ -13,6 +13,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -224,14 +225,22 @@ def grey_unlearned(ax: plt.Axes, bars: Sequence, floor: float, rule: str) -> Non
 
 
 def grey_unlearned_points(
-    ax: plt.Axes, xs: Sequence[float], ys: Sequence[float], floor: float, rule: str
+    ax: plt.Axes,
+    xs: Sequence[float],
+    ys: Sequence[float],
+    floor: float,
+    rule: str,
+    marker: str = "o",
+    color: Any = None,
 ) -> None:
-    """Draw over each point (x, y) with y below `floor` a grey hatched-legend marker: the
-    run did not learn (see `grey_unlearned`)."""
+    """Fill grey each point (x, y) with y below `floor`, keeping its series' `marker` and
+    `color` as the edge, so the series stays told apart: the run did not learn (see
+    `grey_unlearned`)."""
     low = [(x, y) for x, y in zip(xs, ys, strict=True) if math.isfinite(y) and y < floor]
     if low:
-        ax.plot(*zip(*low, strict=True), "o", ms=8, mfc=UNLEARNED["facecolor"],
-                mec=UNLEARNED["edgecolor"], linestyle="none", zorder=3)  # fmt: skip
+        edge = UNLEARNED["edgecolor"] if color is None else color
+        ax.plot(*zip(*low, strict=True), marker, ms=8, mfc=UNLEARNED["facecolor"], mec=edge,
+                linestyle="none", zorder=3)  # fmt: skip
         _legend_once(ax, f"{NOT_LEARNED} ({rule})")
 
 

@@ -33,6 +33,7 @@ from dpmed.report.style import (
     legend_handles,
     note_seeds,
     save_figure,
+    series_look,
 )
 from dpmed.seg.claims import LEARNED_DICE
 from dpmed.seg.grid import clip_overrides
@@ -180,7 +181,10 @@ def layer_figure(run_dirs: Iterable[str | Path], png_path: str | Path) -> None:
         for c in RETINAL_CLASSES:
             rows = log[log["class"] == c]
             label = f"{c} {DUKE_CLASSES[c]}"
-            top.plot(rows["epoch"], rows["thickness"], marker=".", color=f"C{c - 1}", label=label)
+            top.plot(
+                rows["epoch"], rows["thickness"], color=f"C{c - 1}", label=label,
+                **series_look(c - 1),
+            )  # fmt: skip
         thresholds = log.groupby("epoch")[["t_thin", "t_thick"]].first()
         for name, style in (("t_thin", ":"), ("t_thick", "--")):
             top.plot(thresholds.index, thresholds[name], style, color="black", label=name)
