@@ -98,8 +98,11 @@ def test_each_chunk_runs_its_forward_after_the_previous_backward():
     assert events == ["forward", "backward"] * 3
 
 
-@pytest.mark.parametrize(("clip", "eps"), [("flat", "50"), ("none", "inf")])
-def test_a_chunked_job_trains_the_model_of_the_whole_batch(duke, tmp_path, clip, eps):  # noqa: F811
+# atol per case: without clipping nothing bounds a step, so a last-bit difference of the
+# chunked sums grows over the epoch; on this machine's CPU kernels the non-private case ends
+# 1.05e-4 apart on 3 of 72 weights (at 47c246e too), the clipped case within 1e-5.
+@pytest.mark.parametrize(("clip", "eps", "atol"), [("flat", "50", 1e-5), ("none", "inf", 2e-4)])
+def test_a_chunked_job_trains_the_model_of_the_whole_batch(duke, tmp_path, clip, eps, atol):  # noqa: F811
     """Same sampled batches and noise; only the order of float sums differs (SGD: Adam's
     g/√v would magnify last-bit differences of near-zero gradient coordinates)."""
     params = SEG_PARAMS | {"epochs": 1, "optimizer": "sgd", "lr": 0.05}
@@ -110,7 +113,7 @@ def test_a_chunked_job_trains_the_model_of_the_whole_batch(duke, tmp_path, clip,
     a = torch.load(tmp_path / "whole/model.pt", weights_only=True)["state_dict"]
     b = torch.load(tmp_path / "chunked/model.pt", weights_only=True)["state_dict"]
     for name, value in a.items():
-        torch.testing.assert_close(b[name], value, rtol=1e-3, atol=1e-5)
+        torch.testing.assert_close(b[name], value, rtol=1e-3, atol=atol)
 
 
 def test_evaluation_and_attack_passes_hold_one_chunk(duke, tmp_path, monkeypatch):  # noqa: F811
