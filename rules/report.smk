@@ -129,10 +129,11 @@ rule demo_summary:
 # Each training job's wall time and peak memory as this run measured them (Snakemake's benchmark
 # files) beside what the job-cost model predicted and the job asked for (dpmed.job_cost):
 # results/measured, not byte-identical. A study whose training rule keeps no benchmark has none.
+_BENCHMARKED = {r.name for r in workflow.rules if r.benchmark is not None}
 JOB_BENCHMARKS = [
     STUDIES[study].log(rule, "tsv").format(**dict(job.wildcards))
     for rule, study in sized_rules().items()
-    if rule == f"{study}_train" and workflow.get_rule(rule).benchmark is not None
+    if rule == f"{study}_train" and rule in _BENCHMARKED
     for job in GRID.jobs(study)
 ]
 
