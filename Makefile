@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CORES  ?= 2
 
-.PHONY: demo test test-slurm test-fl fl-openfl fl-flower install clean-demo slurm-profile preflight
+.PHONY: demo verdicts test test-slurm test-fl fl-openfl fl-flower install clean-demo slurm-profile preflight
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -21,12 +21,31 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP)
 
 SMOKE := --profile profiles/local --configfile config/smoke.yaml --cores $(CORES)
+# The claims verdicts counted per paper, printed at the end of `demo` and `verdicts`.
+COUNTS := $(BIN)/python -c "import sys, pandas as pd; \
+	print(pd.read_csv(sys.argv[1]).to_string(index=False))"
 
 demo: $(STAMP)
 	$(BIN)/snakemake $(SMOKE)
 	$(BIN)/snakemake $(SMOKE) --report results/report.html
 	@echo "demo finished: report at $(CURDIR)/results/report.html" \
 	      "(tables in results/tables/, figures in results/figures/, wall-clock in results/measured/)"
+	@$(COUNTS) results/tables/claims_counts.csv
+
+# The cells of every claim decidable on 2 cores, with enough seeds to decide them
+# (config/verdicts.yaml on top of config/smoke.yaml, docs/verdicts.md), into runs/verdicts/ so the
+# demo's results/ stay as they are.
+VERDICTS_DIR := $(CURDIR)/runs/verdicts
+VERDICTS := --profile profiles/local --configfile config/smoke.yaml config/verdicts.yaml \
+	--directory $(VERDICTS_DIR) --cores $(CORES)
+
+verdicts: $(STAMP)
+	mkdir -p $(VERDICTS_DIR)
+	$(BIN)/snakemake $(VERDICTS)
+	$(BIN)/snakemake $(VERDICTS) --report $(VERDICTS_DIR)/results/report.html
+	@echo "verdicts finished: claims in $(VERDICTS_DIR)/results/tables/claims.csv," \
+	      "power plan in power_plan.csv beside it, report at $(VERDICTS_DIR)/results/report.html"
+	@$(COUNTS) $(VERDICTS_DIR)/results/tables/claims_counts.csv
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -81,13 +81,21 @@ rule claims:
             for key, files in source.inputs(GRID.jobs(study)).items()
         },
     output:
+        # one verdict per claim first, then the cells behind each
         claims=reported("results/tables/claims", TAB, "claims", CLAIMS_CAT, "paper claims"),
-        # the verdicts counted per paper: the report front page shows this table
+        cells=reported(
+            "results/tables/claims_cells", TAB, "claims_cells", CLAIMS_CAT, "paper claims"
+        ),
+        pairs="results/tables/claims_pairs.csv",
+        # the claims counted per paper and verdict: the report front page shows this table
         counts=reported(
             "results/tables/claims_counts", TAB, "claims_counts", CLAIMS_CAT, "paper claims"
         ),
         measured=reported(
             "results/measured/claims_measured", TAB, "claims_measured", CLAIMS_CAT, "measured"
+        ),
+        measured_cells=reported(
+            "results/measured/claims_measured_cells", TAB, "claims_cells", CLAIMS_CAT, "measured"
         ),
     params:
         readers={study: source.reader for study, source in CLAIM_SOURCES.items()},
@@ -104,6 +112,24 @@ rule claims:
         CONDA_ENV
     script:
         "../workflow/scripts/claims.py"
+
+
+# How many seeds each claim needs for 80 % power at its corrected level, and what they cost on
+# the paper config's grid (dpmed.report.power), from this run's paired differences.
+rule power_plan:
+    input:
+        pairs=rules.claims.output.pairs,
+    output:
+        reported("results/tables/power_plan", TAB, "power_plan", CLAIMS_CAT, "power plan"),
+    params:
+        target=dpmed_file("config/config.yaml"),
+    log:
+        "logs/power_plan.log",
+    localrule: True
+    conda:
+        CONDA_ENV
+    script:
+        "../workflow/scripts/power_plan.py"
 
 
 # The demo's targets met or not and its measured tables (dpmed.report.demo_summary): the numbers
@@ -155,5 +181,6 @@ rule job_cost_measured:
 REPORT_TARGETS = ["results/tables/privacy_summary.csv"] if study_runs() else []
 REPORT_TARGETS += ["results/measured/job_cost.csv"] if JOB_BENCHMARKS else []
 REPORT_TARGETS += ["results/tables/claims.csv"] if CLAIM_SOURCES else []
+REPORT_TARGETS += ["results/tables/power_plan.csv"] if CLAIM_SOURCES else []
 REPORT_TARGETS += ["results/demo_summary.md"] if study_runs() else []
 REPORT_TARGETS += AUDIT_TARGETS

@@ -15,6 +15,7 @@ from scipy import stats
 
 from dpmed.report.claims import (
     Claim,
+    claim_verdicts,
     claims_tables,
     evaluate,
     evidence_files,
@@ -89,7 +90,7 @@ def test_verdicts_and_reasons():
     claims = [
         claim("up"), claim("down", "less"), claim("flat"), claim("few"), claim("absent"),
         claim("same", "equivalent", margin=0.05), claim("apart", "equivalent", margin=0.01),
-        claim("small"),
+        claim("small"), claim("tiny", smallest_effect=0.05),
     ]  # fmt: skip
     frame = observations(
         rows("up", [0.10, 0.12, 0.11, 0.13])  # clearly above: supported
@@ -99,20 +100,22 @@ def test_verdicts_and_reasons():
         + rows("same", [0.001, -0.002, 0.002, 0.0, -0.001])  # well within ±0.05
         + rows("apart", [0.30, 0.31, 0.29, 0.30])  # entirely outside ±0.01
         + rows("small", [0.10, 0.12, 0.11], scale="did not learn")
+        + rows("tiny", [0.010, 0.011, 0.012, 0.010])  # significant, below the smallest effect
     )
     table = evaluate("s", claims, frame).set_index("claim")
     verdict = table["verdict"].to_dict()
     assert verdict == {
         "up": "supported", "down": "contradicted", "flat": "inconclusive",
         "few": "inconclusive", "absent": "inconclusive", "same": "supported",
-        "apart": "contradicted", "small": "inconclusive",
+        "apart": "contradicted", "small": "inconclusive", "tiny": "inconclusive",
     }  # fmt: skip
     assert "spans zero" in table.loc["flat", "reason"]
     assert table.loc["few", "reason"] == "2 paired seed(s); the claim needs ≥ 3"
     assert table.loc["absent", "reason"] == "cells absent: needs a and b runs"
     assert table.loc["absent", "cell"] == "—" and table.loc["absent", "n_seeds"] == 0
-    assert table.loc["small", "reason"] == "did not learn"
-    # the family: the five tested rows, Holm over their p (scipy's, TOST for equivalences)
+    assert table.loc["small", "reason"] == "3 of 3 pairs dropped: did not learn"
+    assert table.loc["tiny", "reason"].startswith("below the smallest effect that matters (0.05)")
+    # one family per claim: each claim here has one cell, so its Holm p is its p
     tested = ["up", "down", "flat", "same", "apart"]
     diffs = {c: frame[frame["claim"] == c].eval("arm - baseline").to_numpy() for c in tested}
     p = {c: stats.ttest_1samp(diffs[c], 0).pvalue for c in ("up", "down", "flat")}
@@ -120,7 +123,9 @@ def test_verdicts_and_reasons():
         p[c] = max(stats.ttest_1samp(diffs[c], -m, alternative="greater").pvalue,
                    stats.ttest_1samp(diffs[c], m, alternative="less").pvalue)  # fmt: skip
     assert table.loc[tested, "p"].tolist() == pytest.approx([p[c] for c in tested])
-    assert table.loc[tested, "p_holm"].tolist() == pytest.approx(holm([p[c] for c in tested]))
+    assert table.loc[tested, "p_holm"].tolist() == pytest.approx([p[c] for c in tested])
+    outside = 2 * stats.ttest_1samp(diffs["apart"], 0.01, alternative="greater").pvalue
+    assert table.loc["apart", "p_outside"] == pytest.approx(outside)
     assert table.loc[["few", "absent", "small"], "p_holm"].isna().all()
     mean, sd = diffs["up"].mean(), diffs["up"].std(ddof=1)
     half = stats.t.ppf(0.975, 3) * sd / 2
@@ -129,23 +134,74 @@ def test_verdicts_and_reasons():
     )
 
 
-def test_holm_turns_a_lone_significant_row_inconclusive_in_a_larger_family():
-    alone = evaluate("s", [claim("x")], observations(rows("x", [0.05, 0.03, 0.06, 0.02])))
+def test_holm_runs_over_the_claims_own_deciding_cells_only():
+    """A claim's family is its deciding cells: other claims never change its verdict; a second
+    cell of the same claim does, and a context (non-primary) cell does not."""
+    signal = [0.05, 0.03, 0.06, 0.02]
+    alone = evaluate("s", [claim("x")], observations(rows("x", signal)))
     assert alone.loc[0, "p"] < 0.05 and alone.loc[0, "verdict"] == "supported"
-    family = [claim("x")] + [claim(f"n{i}") for i in range(3)]
-    noise = sum((rows(f"n{i}", [0.05, -0.05, 0.04, -0.04]) for i in range(3)), [])
-    table = evaluate("s", family, observations(rows("x", [0.05, 0.03, 0.06, 0.02]) + noise))
-    x = table.set_index("claim").loc["x"]
-    assert x["p"] == pytest.approx(alone.loc[0, "p"]) and x["p_holm"] > 0.05
-    assert x["verdict"] == "inconclusive"
+    noise = [0.05, -0.05, 0.04, -0.04]
+    others = [claim(f"n{i}") for i in range(3)]
+    frame = observations(rows("x", signal) + sum((rows(f"n{i}", noise) for i in range(3)), []))
+    x = evaluate("s", [claim("x"), *others], frame).set_index("claim").loc["x"]
+    assert x["p_holm"] == pytest.approx(alone.loc[0, "p"]) and x["verdict"] == "supported"
+    cells = observations(rows("x", signal, cell="c1") + rows("x", noise, cell="c2")
+                         + rows("x", noise, cell="c3"))  # fmt: skip
+    every = evaluate("s", [claim("x")], cells).set_index("cell")
+    assert every.loc["c1", "p_holm"] == pytest.approx(holm(every["p"].tolist())[0])
+    primary = evaluate("s", [claim("x", combine="primary", primary="c1")], cells)
+    primary = primary.set_index("cell")
+    assert primary.loc["c1", "p_holm"] == pytest.approx(alone.loc[0, "p"])
+    assert primary["decides"].tolist() == [True, False, False]
+
+
+def test_a_claim_combines_its_cells_as_it_says():
+    up, flat, down = (
+        [0.10, 0.12, 0.11, 0.13],
+        [0.05, -0.04, 0.02, -0.03],
+        [-0.1, -0.12, -0.11, -0.13],
+    )
+
+    def verdict(combine: str, *cells, primary: str = "") -> str:
+        frame = observations(sum((rows("x", d, cell=f"c{i}") for i, d in enumerate(cells)), []))
+        c = claim("x", combine=combine, primary=primary)
+        return claim_verdicts([c], evaluate("s", [c], frame)).loc[0, "verdict"]
+
+    assert verdict("every", up, up) == "supported"
+    assert verdict("every", up, flat) == "inconclusive"
+    assert verdict("every", up, down) == "contradicted"
+    assert verdict("any", up, flat) == "supported"
+    assert verdict("any", down, flat) == "inconclusive"
+    assert verdict("any", down, down) == "contradicted"
+    assert verdict("primary", flat, up, primary="c1") == "supported"
+    summary = claim_verdicts([claim("x")], evaluate("s", [claim("x")], observations(
+        rows("x", up, cell="c0") + rows("x", [0.02, 0.03, 0.025, 0.02], cell="c1"))))  # fmt: skip
+    assert summary.loc[0, "weakest_cell"] == "c1" and summary.loc[0, "cells"] == 2
+
+
+def test_unlearned_pairs_are_dropped_and_counted_not_voiding_the_row():
+    frame = observations(
+        rows("x", [0.10, 0.12, 0.11, 0.13]) + rows("x", [0.5], scale="neither arm learned")[:1]
+    )
+    frame.loc[frame.index[-1], "seed"] = 9
+    row = evaluate("s", [claim("x")], frame).loc[0]
+    assert row["verdict"] == "supported" and row["n_seeds"] == 4
+    assert row["dropped"] == "1 of 5 pairs dropped: neither arm learned"
+    assert "1 of 5 pairs dropped" in row["reason"]
 
 
 def test_measured_claims_go_to_their_own_table_with_their_own_family():
     claims = [claim("t"), claim("m", measured=True)]
     frame = observations(rows("t", [0.1, 0.11, 0.12]) + rows("m", [0.2, 0.21, 0.19]))
-    table, measured = claims_tables({"s": (claims, frame)})
-    assert table["claim"].tolist() == ["t"] and measured["claim"].tolist() == ["m"]
-    assert measured.loc[0, "p_holm"] == pytest.approx(measured.loc[0, "p"])
+    tables = claims_tables({"s": (claims, frame)})
+    assert tables.cells["claim"].tolist() == ["t"] and tables.measured_cells["claim"].tolist() == [
+        "m"
+    ]
+    assert tables.claims["claim"].tolist() == ["t"] and tables.measured["claim"].tolist() == ["m"]
+    assert tables.measured_cells.loc[0, "p_holm"] == pytest.approx(
+        tables.measured_cells.loc[0, "p"]
+    )
+    assert len(tables.pairs) == 6 and set(tables.pairs["study"]) == {"s"}
 
 
 def test_unregistered_observations_and_margins_are_refused():
@@ -153,6 +209,8 @@ def test_unregistered_observations_and_margins_are_refused():
         evaluate("s", [claim("x")], observations(rows("y", [0.1, 0.2, 0.3])))
     with pytest.raises(ValueError, match="margin"):
         claim("e", "equivalent")
+    with pytest.raises(ValueError, match="primary"):
+        claim("p", combine="primary")
 
 
 def _seg_run(root, wc: dict, dice: float, val: float, seconds: float = 10.0) -> str:
@@ -191,21 +249,21 @@ def test_seg_observations_pair_by_seed_within_a_cell(tmp_path):
     assert np.allclose(sorted(nsgd["arm"] - nsgd["baseline"]), [-0.10, -0.09, -0.07])
     adaptive = frame[frame["claim"] == "seg-adaptive-above-best-fixed"]
     assert adaptive[["arm", "baseline"]].values.tolist() == [[0.6, 0.5]]
-    table, _ = claims_tables({"seg": (claims, frame)})
+    table = claims_tables({"seg": (claims, frame)}).cells
     row = table.set_index("claim").loc["seg-nsgd-below-flat"]
     assert row["n_seeds"] == 3 and row["verdict"] in ("supported", "inconclusive")
     assert set(table["claim"]) == {c.id for c in claims if not c.measured}
 
 
 def test_seg_dice_pairs_below_the_learning_scale_are_inconclusive(tmp_path):
-    base = dict(dataset="duke", model="unet", clip="flat", morph="none", eps="50")
+    base = dict(dataset="umn", model="unet", clip="flat", morph="none", eps="50")
     paths = []
     for seed in range(3):
         paths.append(_seg_run(tmp_path, base | {"seed": str(seed)}, 0.02, 0.02))
         paths.append(_seg_run(tmp_path, base | {"clip": "psac", "seed": str(seed)}, 0.01, 0.01))
     claims, frame = seg_observations(paths, [], [])
-    table, _ = claims_tables({"seg": (claims, frame)})
-    row = table.set_index("claim").loc["seg-psac-below-flat"]
+    table = claims_tables({"seg": (claims, frame)}).cells
+    row = table.set_index("claim").loc["seg-psac-worst-umn"]
     assert row["verdict"] == "inconclusive" and "neither arm learned" in row["reason"]
     assert isinstance(table, pd.DataFrame)
 
@@ -221,7 +279,9 @@ def test_the_captions_state_the_constants_the_code_uses():
 
     claims = (REPO / "workflow/report/claims.rst").read_text()
     measured = (REPO / "workflow/report/claims_measured.rst").read_text()
-    assert claims.count(f"Holm p < {ALPHA:g}") == 2
+    levels = re.findall(r"Holm p < (\d+(?:\.\d+)?)", claims)
+    assert len(levels) >= 2 and {float(level) for level in levels} == {ALPHA}
+    assert f"at most {ALPHA:.0%}".replace("%", " %") in claims
     assert f"ln {math.exp(EQUIVALENT_COST):g} ≈ {EQUIVALENT_COST:.3f}" in measured
     assert f"divided by {MAX_OVERHEAD:g}" in measured
 
@@ -232,11 +292,22 @@ def test_claims_tables_show_claim_cell_verdict_and_reason_first(tmp_path):
     from dpmed.report.style import write_table
 
     frame = observations(rows("a", [0.1, 0.2, 0.15]) + rows("b", [0.1]))
-    claims, _ = claims_tables({"s": ([claim("a"), claim("b")], frame)})
-    write_table(claims, tmp_path / "claims.csv", links="evidence")
+    tables = claims_tables({"s": ([claim("a"), claim("b")], frame)})
+    write_table(tables.cells, tmp_path / "claims.csv", links="evidence")
     first = ["claim", "cell", "verdict", "reason"]
     html = (tmp_path / "claims.html").read_text()
     assert re.findall(r"<th>(.*?)</th>", html)[:4] == first
     header = (tmp_path / "claims.md").read_text().split("\n")[0]
     assert header.strip("| ").split(" | ")[:4] == first
     assert list(pd.read_csv(tmp_path / "claims.csv").columns[:4]) == first
+
+
+def test_a_deciding_cell_whose_every_pair_is_dropped_is_left_out_and_counted():
+    up = [0.10, 0.12, 0.11, 0.13]
+    frame = observations(rows("x", up, cell="c0") + rows("x", up, cell="c1", scale="at chance"))
+    summary = claim_verdicts([claim("x")], evaluate("s", [claim("x")], frame)).loc[0]
+    assert summary["verdict"] == "supported" and summary["cells"] == 1
+    assert summary["reason"].endswith("1 deciding cell(s) left out: every pair dropped")
+    dropped = observations(rows("x", up, scale="at chance"))
+    summary = claim_verdicts([claim("x")], evaluate("s", [claim("x")], dropped)).loc[0]
+    assert summary["verdict"] == "inconclusive" and "pairs dropped: at chance" in summary["reason"]

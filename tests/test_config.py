@@ -48,18 +48,18 @@ def test_paper_grid_sizes_match_hand_count():
     # 4 participations; three seeds each.
     assert len(grid.jobs("fets")) == (1 + 4 + 1 + 2 + 4 * (2 + 3 * 4)) * 3
     # xcal: 126 main (with the random-σ_t control) + 12 centralized + 54 clients×shift + 96
-    # ablation (7 presets and the control), minus the 6 + 24 cells that blocks 3 and 4 share
-    # with block 1; three seeds each.
-    assert len(grid.jobs("xcal")) == (126 + 12 + 54 + 96 - 6 - 24) * 3
+    # ablation (7 presets and the control) + 12 at the paper's operating point (xcal-paper),
+    # minus the 6 + 24 cells that blocks 3 and 4 share with block 1; three seeds each.
+    assert len(grid.jobs("xcal")) == (126 + 12 + 54 + 96 + 12 - 6 - 24) * 3
     assert grid.datasets() == list(DATASETS)  # every dataset, in registry order
 
 
 def test_smoke_grid_covers_every_value(smoke):
     grid = check_config(smoke, SCHEMA)
-    # seg: duke unet 5 clips (+ flat at 2 more eps, + seed 1 of none and flat), unetpp 6 morphs
-    # under flat clipping + its non-private reference, 2 quantile variants, the 2 × 2 lr × C
-    # sweep on duke, umn 4, covidct 4.
-    assert len(grid.jobs("seg")) == 5 + 2 + 2 + 6 + 1 + 2 + 4 + 4 + 4
+    # seg: duke unet 5 clips (+ flat at 2 more eps, + seed 1 of none, flat and Auto-S, + seed 2
+    # of flat and Auto-S), unetpp 6 morphs under flat clipping + its non-private reference, 2
+    # quantile variants, the 2 × 2 lr × C sweep on duke, umn 4, covidct 4.
+    assert len(grid.jobs("seg")) == 5 + 2 + 3 + 2 + 6 + 1 + 2 + 4 + 4 + 4
     # fets: fedavg, simagg at inf; dp_simagg {paper, sound} and dp_fedavg sound at eps0 {1, 10};
     # the sweep at 2 participations: fedavg at inf, dp_fedavg at 2 eps0, dp_simagg sound at 1.
     assert len(grid.jobs("fets")) == 2 + 4 + 2 + 2 * (1 + 2 + 1)

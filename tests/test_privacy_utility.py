@@ -211,7 +211,7 @@ def test_two_seeds_draw_no_interval_and_say_so(tmp_path):
     fig = figure(data, "test Dice", "t")
     ax = fig.axes[0]
     assert drawn_intervals(ax) == []
-    assert [t.get_text() for t in ax.texts] == ["n = 2 seeds"]
+    assert [t.get_text() for t in ax.texts] == ["no interval: n = 2 seeds per point (< 3)"]
     plt.close(fig)
 
 
@@ -325,3 +325,37 @@ def test_the_scale_mark_is_drawn_on_synthetic_runs_only(tmp_path, monkeypatch):
     assert style.SCALE["tag"] == "synthetic data (umn) · reduced scale"
     style.set_scale({"duke": {"raw": "/data/duke"}})
     assert style.SCALE["tag"] == ""
+
+
+def test_one_seed_points_get_one_note_per_panel_not_a_label_each():
+    """Twelve one-seed points in two calls: one corner note, no per-point label piling up;
+    a panel whose counts differ names each point's count."""
+    import matplotlib.pyplot as plt
+
+    from dpmed.report.style import note_seeds
+
+    fig, ax = plt.subplots()
+    for offset in (0, 6):
+        note_seeds(ax, range(offset, offset + 6), [0.5] * 6, [1] * 6)
+    assert [t.get_text() for t in ax.texts] == ["no interval: n = 1 seed per point (< 3)"]
+    note_seeds(ax, [20], [0.4], [2])
+    texts = [t.get_text() for t in ax.texts]
+    assert texts[0] == "no interval: n = 1 or 2 seeds per point (< 3)"
+    assert texts[1:] == ["n = 2"]
+    note_seeds(ax, [30], [0.4], [5])  # enough seeds: nothing added
+    assert len(ax.texts) == 2
+    plt.close(fig)
+
+
+def test_a_non_private_reference_that_did_not_learn_is_grey_and_says_so(tmp_path):
+    runs = [
+        seg_run(tmp_path, "unet", "flat", "none", "50", seed, dice)
+        for seed, dice in enumerate([0.6, 0.62, 0.61])
+    ] + [seg_run(tmp_path, "unet", "none", "none", "inf", seed, 0.05) for seed in range(3)]
+    fig = figure(points(seg_utility_runs(runs)), "test Dice", "t", floors={"Duke · UNet": 0.1},
+                 rule="Dice < 0.1")  # fmt: skip
+    ax = fig.axes[0]
+    (reference,) = [line for line in ax.lines if "ε = ∞" in line.get_label()]
+    assert reference.get_label().endswith("did not learn)")
+    assert reference.get_color() == "dimgrey"
+    plt.close(fig)

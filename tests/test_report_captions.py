@@ -191,23 +191,28 @@ def html_tables(html: str) -> list[list[list[str]]]:
 def test_front_page_counts_the_verdicts_of_the_claims_table_per_paper(tmp_path) -> None:
     """The front page's table of verdicts per study equals the counts of a planted claims.csv
     (as the claims rule writes it), and it links the claims table and the demo summary."""
-    from dpmed.report.claims import COLUMNS, verdict_counts
+    from dpmed.report.claims import CLAIM_COLUMNS, COLUMNS, verdict_counts
     from dpmed.report.style import write_table
 
     rng = np.random.default_rng(0)
     papers = {"seg": "paper 002 §5.1", "fets": "paper 000 §IV", "xcal": "paper 001 §6"}
     rows = [
-        {column: "" for column in COLUMNS}
-        | {"study": study, "paper": paper, "claim": f"{study}-c{i % 4}", "cell": f"cell {i}",
+        {column: "" for column in CLAIM_COLUMNS}
+        | {"study": study, "paper": paper, "claim": f"{study}-c{i}", "group": group,
            "verdict": rng.choice(["supported", "contradicted", "inconclusive"], p=[0.3, 0.2, 0.5]),
-           "reason": "planted", "n_seeds": int(rng.integers(1, 4))}
+           "reason": "planted"}
         for study, paper in papers.items()
-        for i in range(int(rng.integers(5, 12)))
+        for group in ("paper", "beyond")
+        for i in range(int(rng.integers(2, 8)))
     ]  # fmt: skip
+    cells = pd.DataFrame(
+        [{c: "" for c in COLUMNS} | {"study": r["study"], "claim": r["claim"], "decides": True,
+                                     "n_seeds": int(rng.integers(1, 4))} for r in rows]
+    )  # fmt: skip
     tables = tmp_path / "results" / "tables"
-    write_table(pd.DataFrame(rows, columns=COLUMNS), tables / "claims.csv")
+    write_table(pd.DataFrame(rows, columns=CLAIM_COLUMNS), tables / "claims.csv")
     claims = pd.read_csv(tables / "claims.csv")  # as a reader gets it
-    write_table(verdict_counts(claims, "smoke.yaml"), tables / "claims_counts.csv")
+    write_table(verdict_counts(claims, cells, "smoke.yaml"), tables / "claims_counts.csv")
     files = [
         SimpleNamespace(target=name, path=tables / name)
         for name in ("claims_counts.html", "claims.html", "demo_summary.html")
@@ -216,19 +221,21 @@ def test_front_page_counts_the_verdicts_of_the_claims_table_per_paper(tmp_path) 
     html = render(FRONT_PAGE, SimpleNamespace(config=config), tuple(files))
     [table] = [t for t in html_tables(html) if t and "supported" in t[0]]
     header, *body = table
-    shown = {row[header.index("study")]: row for row in body}
-    # counted independently: every planted row, by study and verdict
-    expected: dict[str, dict[str, int]] = {}
+    shown = {(row[header.index("study")], row[header.index("claims of")]): row for row in body}
+    # counted independently: every planted claim, by study, group and verdict
+    labels = {"paper": "the paper's claims", "beyond": "beyond the paper (prior work or ours)"}
+    expected: dict[tuple[str, str], dict[str, int]] = {}
     for row in rows:
-        by_verdict = expected.setdefault(row["study"], {})
+        by_verdict = expected.setdefault((row["study"], labels[row["group"]]), {})
         by_verdict[row["verdict"]] = by_verdict.get(row["verdict"], 0) + 1
     assert sorted(shown) == sorted(expected)
-    for study, by_verdict in expected.items():
+    for (study, group), by_verdict in expected.items():
         for verdict in ("supported", "contradicted", "inconclusive"):
-            assert int(shown[study][header.index(verdict)]) == by_verdict.get(verdict, 0), study
-        assert int(shown[study][header.index("rows")]) == sum(by_verdict.values())
-        assert shown[study][header.index("paper")] == papers[study].split(" §")[0]
-        assert shown[study][header.index("config")] == "smoke.yaml"
+            got = int(shown[study, group][header.index(verdict)])
+            assert got == by_verdict.get(verdict, 0), (study, group)
+        assert int(shown[study, group][header.index("claims")]) == sum(by_verdict.values())
+        assert shown[study, group][header.index("paper")] == papers[study].split(" §")[0]
+        assert shown[study, group][header.index("config")] == "smoke.yaml"
     linked = re.findall(r'href="javascript:app.showResultInfo\(([^)]*)\)"', html)
     assert any("claims.html" in link for link in linked), linked
     assert any("demo_summary.html" in link for link in linked), linked

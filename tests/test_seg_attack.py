@@ -289,7 +289,7 @@ def test_attack_figure_intervals_stay_in_range_and_two_seeds_draw_none(tmp_path,
     drawn = [s for s in segments if s.size and np.isfinite(s).all()]
     assert len(drawn) == 1  # flat's three seeds; the non-private two: none
     assert 0.0 <= drawn[0][:, 1].min() and drawn[0][:, 1].max() <= 1.0
-    assert [t.get_text() for t in ax.texts] == ["n = 2 seeds"]
+    assert [t.get_text() for t in ax.texts] == ["no interval: n = 2 seeds per point (< 3)"]
 
 
 def test_attack_report_rejects_empty_input(tmp_path):

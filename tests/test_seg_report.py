@@ -179,8 +179,9 @@ def test_one_seed_bars_have_no_error_bar_and_labels_clear_the_caps(tmp_path, mon
     caps = no_morph.errorbar.lines[2][0].get_segments()  # [non-private (1 seed), flat (3)]
     drawn = [bool(np.isfinite(np.asarray(segment)).any()) for segment in caps]
     assert drawn == [False, True]
-    (label,) = [text for text in ax.texts if text.get_text() != "n = 1 seed"]
-    assert [text.get_text() for text in ax.texts].count("n = 1 seed") == 1  # the non-private
+    (label,) = [text for text in ax.texts if text.get_gid() != "seed-note"]
+    notes = [text.get_text() for text in ax.texts if text.get_gid() == "seed-note"]
+    assert notes == ["no interval: n = 1 seed per point (< 3)"]  # the non-private
     top = np.nanmax(np.asarray(morph.errorbar.lines[2][0].get_segments()[1])[:, 1])
     assert label.get_text() == "both-k3" and label.xy[1] >= top
 

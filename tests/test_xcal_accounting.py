@@ -137,7 +137,7 @@ def test_epsilon_is_the_proven_bound_not_the_realised_reading(data, tmp_path):
         assert bound <= _filter_bound(extra, client, params) * (1 + 2e-2)
     assert "not a guarantee" in extra["eps_realised_reading_note"]
     rounds = pd.read_csv(tmp_path / "rounds.csv")
-    assert (rounds["epsilon"] >= rounds["eps_realised_reading"] - 1e-9).all()
+    assert (rounds["epsilon"] >= rounds["eps_spent"] - 1e-9).all()
     assert rounds["epsilon"].is_monotonic_increasing
 
 

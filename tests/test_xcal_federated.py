@@ -132,8 +132,8 @@ def test_private_runs_stay_within_the_target_and_write_every_output(small, tmp_p
     assert metrics["road_combined"] == pytest.approx(road["combined"])
     assert metrics["road_random"] == pytest.approx(road["random"]["road"])  # the baseline
     assert len(road["random"]["morf_drop"]) == 2 and road["random"]["road"] != road["road"]
-    d_road, d_eps = rounds["road"].diff().iloc[-1], rounds["epsilon"].diff().iloc[-1]
-    if d_eps > 0:  # ΔROAD/Δε of the paper's ROAD (%); None where ε did not grow
+    d_road, d_eps = rounds["road"].diff().iloc[-1], rounds["eps_spent"].diff().iloc[-1]
+    if d_eps > 0:  # ΔROAD/Δε of the paper's ROAD (%) over spent ε; None where it did not grow
         assert metrics["road_per_eps"] == pytest.approx(d_road / d_eps)
     else:
         assert metrics["road_per_eps"] is None

@@ -120,7 +120,8 @@ def test_targets_list_run_files_with_model_pt_then_tables_and_figures():
 
 
 def test_method_names_presets_and_report_order():
-    registered = ("nondp", "centralized", "static", "agp", "agp-dp", "xcal", "xcal-random")
+    registered = ("nondp", "centralized", "static", "agp", "agp-dp", "xcal", "xcal-paper",
+                  "xcal-random")  # fmt: skip
     assert METHODS.names() == registered
     assert split_method("xcal") == ("xcal", "balanced")
     assert split_method("xcal-random") == ("xcal-random", None)  # not xcal + preset random
@@ -138,6 +139,10 @@ def test_method_names_presets_and_report_order():
     order = ["xcal-logit", "xcal-random", "agp-dp", "static", "nondp", "xcal", "xcal-amplified"]
     # registration order, then the presets of a method after its bare name
     ranked = [*registered[:6], "xcal-amplified", "xcal-logit", "xcal-random"]
+    # a registered name with presets: the longest registered name the wildcard starts with
+    assert split_method("xcal-paper") == ("xcal-paper", "balanced")
+    assert split_method("xcal-paper-logit") == ("xcal-paper", "logit")
+    assert method_rank("xcal-paper-logit") == (6, "logit")
     assert sorted([*order, "agp", "centralized"], key=method_rank) == ranked
     assert method_rank("agp-dp") == (4, "")
 

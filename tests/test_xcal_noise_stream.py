@@ -135,10 +135,9 @@ def test_the_control_generator_resumes_from_the_clients_state():
         return Client(0, x, y, method, PARAMS, 8.0, ClientSeeds(1, 2, 3, control), "")
 
     first = client(5)
-    for _ in range(3):  # a few draws in
-        first.control_uniform()
+    first.control_uniforms(3)  # a few draws in
     saved = first.state()
-    ahead = [first.control_uniform() for _ in range(2)]
+    ahead = first.control_uniforms(2)
     resumed = client(6)
     resumed.load_state(saved)
-    assert [resumed.control_uniform() for _ in range(2)] == ahead
+    assert resumed.control_uniforms(2) == ahead

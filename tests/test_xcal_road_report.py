@@ -59,7 +59,13 @@ def _run(
     }
     (folder / "metrics.json").write_text(json.dumps(metrics))
     pd.DataFrame(
-        {"round": [1, 2], "f1": [0.4, 0.5], "epsilon": [0.4, 0.9], "road": [10.0, road]}
+        {
+            "round": [1, 2],
+            "f1": [0.4, 0.5],
+            "epsilon": [0.4, 0.9],
+            "eps_spent": [0.4, 0.9],
+            "road": [10.0, road],
+        }
     ).to_csv(folder / "rounds.csv", index=False)
     curves = {
         "percentages": PERCENTAGES,
@@ -198,7 +204,7 @@ def test_ablation_figure_f1_intervals_stay_in_range_and_two_seeds_draw_none(tmp_
     assert np.max(bar[:, 1]) > np.mean([0.3, 0.99, 1.0])
     drawn = [np.asarray(s, float).reshape(-1, 2) for s in logit.errorbar.lines[2][0].get_segments()]
     assert not any(s.size and np.isfinite(s).all() for s in drawn)  # two seeds: none
-    assert [t.get_text() for t in f1_panel.texts] == ["n = 2 seeds"]
+    assert [t.get_text() for t in f1_panel.texts] == ["no interval: n = 2 seeds per point (< 3)"]
     plt.close(fig)
 
 

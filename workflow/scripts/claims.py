@@ -1,10 +1,11 @@
-"""Rule claims: results/tables/claims.csv (+ .md, .html), which of each paper's claims the run
-supports, results/tables/claims_counts.csv, its verdicts counted per paper (the report front
-page), and results/measured/claims_measured.csv, its wall-clock claims (`dpmed.report.claims`)."""
+"""Rule claims (`dpmed.report.claims`): results/tables/claims.csv (+ .md, .html), one verdict
+per paper claim; claims_cells, the per-cell evidence behind it; claims_pairs.csv, the paired
+seeds the power planner reads; claims_counts, the claims counted per paper and verdict (the
+report front page); and results/measured/claims_measured (+ _cells), the wall-clock claims."""
 
 from dpmed.logs import log_to
 from dpmed.report.claims import claims_tables, study_claims, verdict_counts
-from dpmed.report.style import write_table
+from dpmed.report.style import SCALE, set_scale, write_table
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 with log_to(smk.log[0]):
@@ -19,7 +20,16 @@ with log_to(smk.log[0]):
         )
         for study, reader in smk.params.readers.items()
     }
-    claims, measured = claims_tables(studies, smk.params.shown)
-    write_table(claims, smk.output.claims[0], links="evidence")
-    write_table(verdict_counts(claims, smk.params.config_name), smk.output.counts[0])
-    write_table(measured, smk.output.measured[0], links="evidence")
+    tables = claims_tables(studies, smk.params.shown)
+    set_scale(smk.config["data"])  # every verdict says the scale of the run it comes from
+    for frame in (tables.claims, tables.measured):
+        frame.insert(3, "scale", SCALE["tag"] or "real data")
+    write_table(tables.claims, smk.output.claims[0], links="evidence")
+    write_table(tables.cells, smk.output.cells[0], links="evidence")
+    tables.pairs.to_csv(smk.output.pairs, index=False)
+    counts = verdict_counts(tables.claims, tables.cells, smk.params.config_name)
+    counts.insert(2, "scale", SCALE["tag"] or "real data")
+    write_table(counts, smk.output.counts[0])
+    write_table(tables.measured, smk.output.measured[0], links="evidence")
+    write_table(tables.measured_cells, smk.output.measured_cells[0], links="evidence")
+    print(counts.to_string(index=False))

@@ -148,6 +148,10 @@ def targets(jobs: Sequence[Any]) -> list[str]:
 def claims_inputs(jobs: Sequence[Any]) -> dict[str, list[str]]:
     """The run files the fets claims (`dpmed.fets.claims`) are judged on: the plain cells'."""
     return {
-        f"{name}_paths": [f"{job.path}/{name}.json" for job in table_jobs(jobs)]
-        for name in ("metrics", "resources")
+        f"{name}_paths": [f"{job.path}/{file}" for job in table_jobs(jobs)]
+        for name, file in (
+            ("metrics", "metrics.json"),
+            ("resources", "resources.json"),
+            ("rounds", "rounds.csv"),
+        )
     }

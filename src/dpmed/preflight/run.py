@@ -304,8 +304,9 @@ def run_preflight(
     # torch, through the runners' setup: kept out of the Snakefile, which imports this module
     from dpmed.preflight.calibrate import calibrate
     from dpmed.preflight.report import cost_frame, labelled, plot_cost
-    from dpmed.report.style import write_table
+    from dpmed.report.style import set_scale, write_table
 
+    set_scale(config["data"])  # a projection of a synthetic grid is marked as such
     cells = distinct_cells(grid, studies)
     probed = sample_cells(cells) if sample else cells
     device = probe_device(config)

@@ -1,23 +1,27 @@
-"""Which of a paper's claims this run supports: each claim a paired comparison over seeds,
-with a verdict and its reason.
+"""Which of a paper's claims this run supports: each claim a paired comparison over seeds in
+the cells where the paper makes it, one verdict per claim with its reason, the cells as evidence.
 
 A study registers its paper's claims (`Claim`: id, paper section, the claim in our words, the
-compared arms, the metric, a direction or an equivalence margin, the minimum evidence) and a
-function that reads its runs into observations: one row per claim, cell (the compared runs'
-shared wildcards) and seed, with the arm's and the baseline's values (`OBSERVATION_COLUMNS`).
-`evaluate` turns them into one row per claim and cell:
+compared arms, the metric, a direction or an equivalence margin, the smallest effect that
+matters, how its cells combine, the minimum evidence) and a function that reads its runs into
+observations: one row per claim, cell (the compared runs' shared wildcards) and seed, with the
+arm's and the baseline's values and runs (`OBSERVATION_COLUMNS`). A pair whose `scale` names a
+reason (e.g. neither arm learned) is dropped and counted. `evaluate` gives one row per claim and
+cell (`COLUMNS`):
 
 - `diff_mean`, `diff_ci_low`, `diff_ci_high`: the mean over seeds of arm − baseline and its
   95 % Student-t interval (`dpmed.report.intervals.t_interval`);
 - `p`: for a direction, the two-sided paired t-test; for an equivalence within ±margin, the
-  two one-sided tests (TOST: the larger of the two one-sided p); `p_holm`: Holm's step-down
-  correction over the p of every tested row of the study's table (family-wise error ≤
-  `ALPHA`; a row stopped before the test, e.g. by too few seeds, is not in the family);
-- `verdict`: `supported` (p_holm < `ALPHA` in the claimed direction, or equivalence shown),
-  `contradicted` (p_holm < `ALPHA` the other way, or the 95 % interval entirely outside the
-  margin), else `inconclusive`, with `reason`: the cells absent from the grid, fewer paired
-  seeds than the claim needs, a scale reason the study gives (e.g. a baseline that did not
-  learn), or the interval spanning zero / the margin.
+  two one-sided tests (TOST, the larger one-sided p) and `p_outside`, the test of |difference|
+  > margin (twice the smaller one-sided p); `p_holm`, `p_outside_holm`: Holm's step-down
+  correction over the claim's deciding cells (`decides`) — one family per claim, so a claim's
+  verdict is wrong with probability at most `ALPHA` whatever the other claims;
+- `verdict`: `supported` (Holm p < `ALPHA` in the claimed direction with |mean| at least the
+  claim's smallest effect, or equivalence shown), `contradicted` (Holm p < `ALPHA` the other
+  way, or Holm p_outside < `ALPHA`), else `inconclusive` with its reason.
+
+`claim_verdicts` combines each claim's deciding cells as the claim says (`every` cell,
+`any` cell, or its `primary` cells): the table the report shows first.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import importlib
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -40,12 +45,26 @@ from dpmed.report.outputs import LINK_SEPARATOR
 
 ALPHA = 0.05
 Test = Literal["greater", "less", "equivalent"]
-OBSERVATION_COLUMNS = ["claim", "cell", "seed", "arm", "baseline", "scale"]
+Combine = Literal["every", "any", "primary"]
+Group = Literal["paper", "beyond"]
+GROUP_LABELS = {"paper": "the paper's claims", "beyond": "beyond the paper (prior work or ours)"}
+RUNS_SEPARATOR = ";"  # between the run folders of a pair side that pools several runs
+OBSERVATION_COLUMNS = [
+    "claim", "cell", "seed", "arm", "baseline", "scale", "arm_run", "baseline_run",
+]  # fmt: skip
 # What a reader needs first (claim, cell, verdict, reason), then the test behind the verdict.
 COLUMNS = [
-    "claim", "cell", "verdict", "reason", "study", "paper", "statement", "metric", "comparison",
-    "test", "margin", "n_seeds", "min_seeds", "arm_mean", "baseline_mean", "diff_mean",
-    "diff_ci_low", "diff_ci_high", "p", "p_holm", "evidence",
+    "claim", "cell", "verdict", "reason", "decides", "study", "group", "paper", "statement",
+    "metric", "comparison", "test", "margin", "smallest_effect", "n_seeds", "dropped",
+    "min_seeds", "arm_mean", "baseline_mean", "diff_mean", "diff_ci_low", "diff_ci_high", "p",
+    "p_holm", "p_outside", "p_outside_holm", "evidence",
+]  # fmt: skip
+# One row per claim: the answer, then the cell that decided it.
+CLAIM_COLUMNS = [
+    "claim", "verdict", "reason", "study", "group", "paper", "statement", "metric", "comparison",
+    "test", "combine", "cells", "supported_cells", "contradicted_cells", "weakest_cell",
+    "effect", "effect_low", "effect_high", "smallest_effect", "margin", "basis", "n_seeds",
+    "evidence",
 ]  # fmt: skip
 VERDICTS = ("supported", "contradicted", "inconclusive")
 
@@ -68,6 +87,14 @@ class Claim:
             stems (no folder or extension) that may hold the cell's wildcards (`{dataset}`)
             and glob characters (`seg_fig?_{dataset}`); `evidence_files` resolves them.
         margin: the equivalence margin, in the metric's unit (`equivalent` only).
+        smallest_effect: the smallest |arm − baseline| that matters (direction claims, metric
+            unit): a mean difference below it is never `supported`.
+        basis: where the margin or smallest effect comes from (the paper's numbers).
+        combine: how the deciding cells give the claim's verdict: `every` (supported when every
+            cell is, contradicted when one is), `any` (supported when one is, contradicted when
+            every one is), `primary` (as `every`, over the cells matching `primary` only).
+        primary: fnmatch pattern of the deciding cells' labels (`combine="primary"`).
+        group: `paper` (a finding of the paper) or `beyond` (prior work, or our comparison).
         min_seeds: the fewest paired seeds for a verdict (paper 002 averages three runs).
         measured: the metric is a wall-clock measurement (not byte-identical): the claim goes
             to the measured claims table.
@@ -83,20 +110,36 @@ class Claim:
     needs: str
     evidence: tuple[str, ...]
     margin: float = 0.0
+    smallest_effect: float = 0.0
+    basis: str = ""
+    combine: Combine = "every"
+    primary: str = ""
+    group: Group = "paper"
     min_seeds: int = MIN_SEEDS
     measured: bool = False
 
     def __post_init__(self) -> None:
         if (self.test == "equivalent") != (self.margin > 0):
             raise ValueError(f"claim {self.id}: an equivalence needs a margin > 0, only it")
+        if self.test == "equivalent" and self.smallest_effect:
+            raise ValueError(f"claim {self.id}: an equivalence has a margin, no smallest effect")
+        if (self.combine == "primary") != bool(self.primary):
+            raise ValueError(f"claim {self.id}: combine 'primary' needs a primary pattern, only it")
         if isinstance(self.evidence, str) or not self.evidence:
             raise ValueError(f"claim {self.id}: evidence is a non-empty tuple of file stems")
 
 
+def decides(claim: Claim, cell: str) -> bool:
+    """Whether `cell` is one of the cells that decide `claim` (its Holm family)."""
+    return claim.combine != "primary" or fnmatchcase(cell, claim.primary)
+
+
 def observations(rows: Sequence[dict]) -> pd.DataFrame:
-    """The observation frame of `rows` (dicts with `OBSERVATION_COLUMNS`; `scale` optional)."""
+    """The observation frame of `rows` (dicts with `OBSERVATION_COLUMNS`; `scale` and the runs
+    optional)."""
     frame = pd.DataFrame(list(rows), columns=OBSERVATION_COLUMNS)
-    frame["scale"] = frame["scale"].fillna("")
+    for column in ("scale", "arm_run", "baseline_run"):
+        frame[column] = frame[column].astype(object).fillna("")
     return frame
 
 
@@ -110,11 +153,12 @@ def paired(
     scale: Callable[[dict], str] | None = None,
     tag: str = "",
 ) -> list[dict]:
-    """Observations of `claim`: the runs (one row each, a `seed` column) matching `arm` paired
-    by (cell, seed) with those matching `baseline`, comparing column `metric`. `arm` /
-    `baseline` map a column to its value; the cell label names the values of `cell` and of
-    the arm's columns (`dataset duke, ..., clip nsgd`), then `tag`. `scale` gets the pair's
-    values (the baseline's columns suffixed `_base`) and returns its scale reason ('' none)."""
+    """Observations of `claim`: the runs (one row each, a `seed` column, a `run` column with the
+    run's folder where known) matching `arm` paired by (cell, seed) with those matching
+    `baseline`, comparing column `metric`. `arm` / `baseline` map a column to its value; the
+    cell label names the values of `cell` and of the arm's columns (`dataset duke, ..., clip
+    nsgd`), then `tag`. `scale` gets the pair's values (the baseline's columns suffixed
+    `_base`) and returns its scale reason ('' none)."""
     if runs.empty:
         return []
     picked = [runs.loc[(runs[list(s)] == pd.Series(s)).all(axis=1)] for s in (arm, baseline)]
@@ -125,7 +169,8 @@ def paired(
         label = ", ".join([*(f"{k} {values[k]}" for k in [*cell, *arm]), *([tag] if tag else [])])
         out.append(dict(claim=claim, cell=label, seed=int(values["seed"]), arm=values[metric],
                         baseline=values[f"{metric}_base"],
-                        scale=scale(values) if scale else ""))  # fmt: skip
+                        scale=scale(values) if scale else "", arm_run=values.get("run", ""),
+                        baseline_run=values.get("run_base", "")))  # fmt: skip
     return out
 
 
@@ -164,37 +209,52 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return adjusted.tolist()
 
 
-def _test_p(claim: Claim, diff: np.ndarray) -> float:
+def _test_p(claim: Claim, diff: np.ndarray) -> tuple[float, float]:
+    """(p of the claim's test, p of |difference| > margin for an equivalence, else NaN)."""
     if claim.test != "equivalent":
-        return paired_t_p(diff)
-    # TOST: reject both d ≤ −margin and d ≥ margin
-    return max(paired_t_p(diff, -claim.margin, "greater"), paired_t_p(diff, claim.margin, "less"))
+        return paired_t_p(diff), math.nan
+    m = claim.margin
+    above, under = paired_t_p(diff, m, "greater"), paired_t_p(diff, -m, "less")
+    tost = max(paired_t_p(diff, -m, "greater"), paired_t_p(diff, m, "less"))
+    return tost, min(1.0, 2.0 * min(above, under))
+
+
+def _dropped(group: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The pairs of `group` kept (no scale reason, finite values) and what was dropped, counted
+    by reason."""
+    finite = np.isfinite(group[["arm", "baseline"]].to_numpy(float)).all(axis=1)
+    scales = zip(group["scale"], finite, strict=True)
+    reasons = [why if ok else "no finite value" for why, ok in scales]
+    counts = Counter(why for why in reasons if why)
+    said = "; ".join(f"{n} of {len(group)} pairs dropped: {why}" for why, n in counts.items())
+    return group[[not why for why in reasons]], said
 
 
 def _row(study: str, claim: Claim, cell: str, group: pd.DataFrame | None) -> dict:
     row = {
-        "study": study, "claim": claim.id, "paper": claim.paper, "statement": claim.statement,
-        "cell": cell, "metric": claim.metric, "comparison": f"{claim.arm} − {claim.baseline}",
+        "study": study, "claim": claim.id, "group": claim.group, "paper": claim.paper,
+        "statement": claim.statement, "cell": cell, "decides": decides(claim, cell),
+        "metric": claim.metric, "comparison": f"{claim.arm} − {claim.baseline}",
         "test": claim.test, "margin": claim.margin if claim.test == "equivalent" else math.nan,
-        "min_seeds": claim.min_seeds,
+        "smallest_effect": claim.smallest_effect, "min_seeds": claim.min_seeds,
+        "p": math.nan, "p_outside": math.nan, "dropped": "",
     }  # fmt: skip
     if group is None:
-        return row | {"n_seeds": 0, "p": math.nan, "reason": f"cells absent: needs {claim.needs}"}
-    group = group[np.isfinite(group["arm"]) & np.isfinite(group["baseline"])]
-    diff = (group["arm"] - group["baseline"]).to_numpy(float)
+        return row | {"n_seeds": 0, "reason": f"cells absent: needs {claim.needs}"}
+    kept, row["dropped"] = _dropped(group)
+    diff = (kept["arm"] - kept["baseline"]).to_numpy(float)
     row["n_seeds"] = int(diff.size)
     if diff.size == 0:
-        return row | {"p": math.nan, "reason": "no finite value in the compared runs"}
+        return row | {"reason": row["dropped"]}
     mean, low, high = t_interval(diff)
     row |= {
-        "arm_mean": float(group["arm"].mean()), "baseline_mean": float(group["baseline"].mean()),
-        "diff_mean": mean, "diff_ci_low": low, "diff_ci_high": high, "p": _test_p(claim, diff),
+        "arm_mean": float(kept["arm"].mean()), "baseline_mean": float(kept["baseline"].mean()),
+        "diff_mean": mean, "diff_ci_low": low, "diff_ci_high": high,
     }  # fmt: skip
-    scale = sorted(set(group["scale"]) - {""})
-    if scale:
-        return row | {"reason": "; ".join(scale)}
     if diff.size < claim.min_seeds:
-        return row | {"reason": f"{diff.size} paired seed(s); the claim needs ≥ {claim.min_seeds}"}
+        seeds = f"{diff.size} paired seed(s); the claim needs ≥ {claim.min_seeds}"
+        return row | {"reason": "; ".join(filter(None, [seeds, row["dropped"]]))}
+    row["p"], row["p_outside"] = _test_p(claim, diff)
     if math.isnan(row["p"]):
         return row | {"reason": "the paired differences have no spread: no test"}
     return row
@@ -207,18 +267,26 @@ def _verdict(row: dict) -> tuple[str, str]:
     p, mean = row["p_holm"], row["diff_mean"]
     low, high = row["diff_ci_low"], row["diff_ci_high"]
     interval = f"95 % interval of the difference [{low:.4g}, {high:.4g}], Holm p {p:.3g}"
+    if row["dropped"]:
+        interval += f" ({row['dropped']})"
     if row["test"] == "equivalent":
         margin = row["margin"]
         if p < ALPHA:
             return "supported", f"within ±{margin:g}: {interval}"
-        if low > margin or high < -margin:
-            return "contradicted", f"outside ±{margin:g}: {interval}"
+        if row["p_outside_holm"] < ALPHA:
+            return "contradicted", (
+                f"outside ±{margin:g}: {interval}, Holm p outside {row['p_outside_holm']:.3g}"
+            )
         return "inconclusive", f"not shown within ±{margin:g}: {interval}"
     claimed = 1 if row["test"] == "greater" else -1
-    if p < ALPHA:
-        if np.sign(mean) == claimed:
-            return "supported", interval
+    if p < ALPHA and np.sign(mean) != claimed:
         return "contradicted", f"the other way: {interval}"
+    if p < ALPHA and abs(mean) < row["smallest_effect"]:
+        return "inconclusive", (
+            f"below the smallest effect that matters ({row['smallest_effect']:g}): {interval}"
+        )
+    if p < ALPHA:
+        return "supported", interval
     return "inconclusive", f"the interval spans zero: {interval}"
 
 
@@ -249,28 +317,103 @@ def _evidence(claim: Claim, cell: str, shown: Sequence[str]) -> str:
 def evaluate(
     study: str, claims: Sequence[Claim], frame: pd.DataFrame, shown: Sequence[str] = ()
 ) -> pd.DataFrame:
-    """One row per claim and cell (`COLUMNS`): the paired difference, p, Holm p over the
-    study's rows, verdict and reason, and the report files among `shown` that show the
-    compared values (`evidence`); a claim without observations gets one row (cell `—`)."""
-    known = {claim.id for claim in claims}
-    unknown = set(frame["claim"]) - known
+    """One row per claim and cell (`COLUMNS`): the paired difference, p, Holm p within the
+    claim (its deciding cells one family, the others another), verdict and reason, and the
+    report files among `shown` that show the compared values (`evidence`); a claim without
+    observations gets one row (cell `—`)."""
+    unknown = set(frame["claim"]) - {claim.id for claim in claims}
     if unknown:
         raise ValueError(f"observations of unregistered claims: {sorted(unknown)}")
-    by_id = {claim.id: claim for claim in claims}
     rows = []
     for claim in claims:
         mine = frame[frame["claim"] == claim.id]
-        if mine.empty:
-            rows.append(_row(study, claim, "—", None))
-        for cell, group in mine.groupby("cell", sort=False):
-            rows.append(_row(study, claim, str(cell), group))
-    # the family: the rows that are tested (no reason to stop before the test)
-    family = [math.nan if row.get("reason") else row["p"] for row in rows]
-    for row, adjusted in zip(rows, holm(family), strict=True):
-        row["p_holm"] = adjusted
-        row["verdict"], row["reason"] = _verdict(row)
-        row["evidence"] = _evidence(by_id[row["claim"]], row["cell"], shown)
+        cells = [_row(study, claim, str(c), g) for c, g in mine.groupby("cell", sort=False)]
+        cells = cells or [_row(study, claim, "—", None)]
+        for deciding in (True, False):
+            family = [row for row in cells if row["decides"] == deciding]
+            for column in ("p", "p_outside"):
+                tested = [math.nan if row.get("reason") else row[column] for row in family]
+                for row, adjusted in zip(family, holm(tested), strict=True):
+                    row[f"{column}_holm"] = adjusted
+        for row in cells:
+            row["verdict"], row["reason"] = _verdict(row)
+            row["evidence"] = _evidence(claim, row["cell"], shown)
+        rows += cells
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _combined(claim: Claim, cells: pd.DataFrame) -> tuple[str, str]:
+    """The claim's verdict and reason from its deciding cells' verdicts (`Claim.combine`)."""
+    verdicts = cells["verdict"].tolist()
+    n, yes, no = len(verdicts), verdicts.count("supported"), verdicts.count("contradicted")
+    every = claim.combine != "any"
+    if (every and yes == n) or (not every and yes):
+        return "supported", f"supported in {yes} of {n} deciding cell(s)"
+    if (every and no) or (not every and no == n):
+        return "contradicted", f"contradicted in {no} of {n} deciding cell(s)"
+    open_row = cells[cells["verdict"] == "inconclusive"].iloc[0]
+    need = "every" if every else "one"
+    return "inconclusive", (
+        f"{yes} of {n} deciding cell(s) supported, {need} needed; {open_row['cell']}: "
+        f"{open_row['reason']}"
+    )
+
+
+def _weakest(claim: Claim, cells: pd.DataFrame) -> pd.Series:
+    """The deciding cell with the least evidence for the claim (smallest effect in the claimed
+    direction, or largest |difference| for an equivalence); the first cell when none has one."""
+    effect = cells["diff_mean"].astype(float)
+    if claim.test == "equivalent":
+        effect = -effect.abs()
+    elif claim.test == "less":
+        effect = -effect
+    return cells.loc[effect.idxmin()] if effect.notna().any() else cells.iloc[0]
+
+
+def claim_verdicts(claims: Sequence[Claim], cells: pd.DataFrame) -> pd.DataFrame:
+    """One row per claim of `claims` found in `cells` (an `evaluate` table; `CLAIM_COLUMNS`):
+    the verdict its deciding cells give together, and the weakest deciding cell's effect and
+    95 % interval — the table the report shows first."""
+    out = []
+    for claim in claims:
+        mine = cells[cells["claim"] == claim.id]
+        if mine.empty:
+            continue
+        deciding = mine[mine["decides"].astype(bool)]
+        # a deciding cell whose every pair is below the claim's scale (neither arm learned)
+        # says nothing about the claim: left out, and counted, unless every cell is
+        unscaled = (deciding["n_seeds"] == 0) & (deciding["dropped"] != "")
+        if deciding.empty:
+            verdict, reason = "inconclusive", f"no cell matches the primary cell {claim.primary}"
+            deciding = mine
+        elif unscaled.all():
+            verdict, reason = _combined(claim, deciding)
+        else:
+            verdict, reason = _combined(claim, deciding[~unscaled])
+            if unscaled.any():
+                reason += f"; {int(unscaled.sum())} deciding cell(s) left out: every pair dropped"
+            deciding = deciding[~unscaled]
+        weakest = _weakest(claim, deciding)
+        seeds = deciding["n_seeds"].astype(int)
+        out.append({
+            "claim": claim.id, "verdict": verdict, "reason": reason, "study": weakest["study"],
+            "group": claim.group, "paper": claim.paper, "statement": claim.statement,
+            "metric": claim.metric, "comparison": weakest["comparison"], "test": claim.test,
+            "combine": claim.combine if claim.combine != "primary" else f"primary: {claim.primary}",
+            "cells": len(deciding),
+            "supported_cells": int((deciding["verdict"] == "supported").sum()),
+            "contradicted_cells": int((deciding["verdict"] == "contradicted").sum()),
+            "weakest_cell": weakest["cell"], "effect": weakest["diff_mean"],
+            "effect_low": weakest["diff_ci_low"], "effect_high": weakest["diff_ci_high"],
+            "smallest_effect": claim.smallest_effect, "margin": weakest["margin"],
+            "basis": claim.basis, "n_seeds": _span(seeds), "evidence": weakest["evidence"],
+        })  # fmt: skip
+    return pd.DataFrame(out, columns=CLAIM_COLUMNS)
+
+
+def _span(values: pd.Series) -> str:
+    low, high = int(values.min()), int(values.max())
+    return str(low) if low == high else f"{low}–{high}"
 
 
 def registered_claims(reader: str) -> Sequence[Claim]:
@@ -301,40 +444,61 @@ def study_claims(
     return getattr(importlib.import_module(module), function)(**inputs)
 
 
+@dataclass(frozen=True)
+class ClaimsTables:
+    """A run's claims: per claim (`CLAIM_COLUMNS`) and per claim and cell (`COLUMNS`), for the
+    paper's metrics and apart for its wall-clock ones, and the paired observations
+    (`OBSERVATION_COLUMNS` with `study`: what the power planner reads)."""
+
+    claims: pd.DataFrame
+    cells: pd.DataFrame
+    measured: pd.DataFrame
+    measured_cells: pd.DataFrame
+    pairs: pd.DataFrame
+
+
 def claims_tables(
     studies: Mapping[str, tuple[Sequence[Claim], pd.DataFrame]], shown: Sequence[str] = ()
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(claims, measured claims): `evaluate` per study and kind (Holm within each), in study
-    order, linking the report files among `shown`."""
-    tables: dict[bool, list[pd.DataFrame]] = {False: [], True: []}
+) -> ClaimsTables:
+    """`evaluate` and `claim_verdicts` per study and kind (measured or not), in study order,
+    linking the report files among `shown`."""
+    parts: dict[str, list[pd.DataFrame]] = {"claims": [], "cells": [], "measured": [],
+                                            "measured_cells": [], "pairs": []}  # fmt: skip
     for study, (claims, frame) in studies.items():
-        for measured in (False, True):
+        parts["pairs"].append(frame.assign(study=study))
+        for measured, name, cell_name in ((False, "claims", "cells"),
+                                          (True, "measured", "measured_cells")):  # fmt: skip
             kind = [c for c in claims if c.measured == measured]
             if kind:
-                ids = {c.id for c in kind}
-                tables[measured].append(
-                    evaluate(study, kind, frame[frame["claim"].isin(ids)], shown)
-                )
-    return tuple(
-        pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
-        for parts in (tables[False], tables[True])
-    )
+                mine = frame[frame["claim"].isin({c.id for c in kind})]
+                cells = evaluate(study, kind, mine, shown)
+                parts[name].append(claim_verdicts(kind, cells))
+                parts[cell_name].append(cells)
+    columns = {"claims": CLAIM_COLUMNS, "measured": CLAIM_COLUMNS, "cells": COLUMNS,
+               "measured_cells": COLUMNS, "pairs": ["study", *OBSERVATION_COLUMNS]}  # fmt: skip
+    return ClaimsTables(**{
+        name: pd.concat(frames, ignore_index=True)[columns[name]] if frames
+        else pd.DataFrame(columns=columns[name])
+        for name, frames in parts.items()
+    })  # fmt: skip
 
 
-def verdict_counts(claims: pd.DataFrame, config: str) -> pd.DataFrame:
-    """Per study of a claims table (`COLUMNS`), in table order: its paper, the run's `config`,
-    how many of its rows (claim × cell) are each of `VERDICTS`, the rows, and the paired
-    seeds per cell (fewest–most): the report front page's answer."""
+def verdict_counts(claims: pd.DataFrame, cells: pd.DataFrame, config: str) -> pd.DataFrame:
+    """Per study and group of a claim-level table (`CLAIM_COLUMNS`), in table order: its paper,
+    the run's `config`, how many claims are each of `VERDICTS`, the claims, and the paired
+    seeds per deciding cell (fewest–most, from the cell table `cells`): the report front page's
+    answer."""
     rows = []
-    for study, group in claims.groupby("study", sort=False):
-        papers = group["paper"].astype(str).str.extract(r"^(paper \d+)")[0].dropna().unique()
-        seeds = group["n_seeds"].astype(int)
-        low, high = seeds.min(), seeds.max()
-        counts = group["verdict"].value_counts()
+    for (study, group), mine in claims.groupby(["study", "group"], sort=False):
+        papers = mine["paper"].astype(str).str.extract(r"^(paper \d+)")[0].dropna().unique()
+        seeds = cells[(cells["study"] == study) & cells["claim"].isin(mine["claim"])
+                      & cells["decides"].astype(bool)]["n_seeds"]  # fmt: skip
+        counts = mine["verdict"].value_counts()
         rows.append(
-            {"study": study, "paper": ", ".join(papers), "config": config}
+            {"study": study, "paper": ", ".join(papers), "claims of": GROUP_LABELS[group],
+             "config": config}
             | {verdict: int(counts.get(verdict, 0)) for verdict in VERDICTS}
-            | {"rows": len(group), "paired_seeds": str(low) if low == high else f"{low}–{high}"}
-        )
-    columns = ["study", "paper", "config", *VERDICTS, "rows", "paired_seeds"]
+            | {"claims": len(mine), "paired_seeds": _span(seeds) if len(seeds) else "0"}
+        )  # fmt: skip
+    columns = ["study", "paper", "claims of", "config", *VERDICTS, "claims", "paired_seeds"]
     return pd.DataFrame(rows, columns=columns)

@@ -24,6 +24,8 @@ import pandas as pd  # noqa: E402
 
 from dpmed.report.intervals import INTERVAL_METHOD, UNIT, shown_interval  # noqa: E402
 from dpmed.report.style import (  # noqa: E402
+    NOT_LEARNED,
+    UNLEARNED,
     chance_line,
     grey_unlearned_points,
     note_seeds,
@@ -114,7 +116,11 @@ def figure(
                     )
             for ref in pts[~np.isfinite(pts["eps"])].itertuples(index=False):
                 dashes = (0, (6, 2 + i % 4))  # dashed, a period of its own per line
-                ax.axhline(ref.mean, color=color, linestyle=dashes, label=f"{line} (ε = ∞)")
+                # a reference that did not learn is drawn grey and says so in its label
+                low = floors is not None and ref.mean < floors[panel]
+                ax.axhline(ref.mean, color=UNLEARNED["edgecolor"] if low else color,
+                           linestyle=dashes,
+                           label=f"{line} (ε = ∞{f', {NOT_LEARNED}' if low else ''})")  # fmt: skip
                 if np.isfinite(ref.ci_low):
                     ax.axhspan(ref.ci_low, ref.ci_high, color=color, alpha=0.12, linewidth=0)
         if not np.isfinite(sub["eps"]).any():

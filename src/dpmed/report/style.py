@@ -190,15 +190,28 @@ def label_bars(ax: plt.Axes, bars: Sequence, names: Sequence[str], errors: Seque
 def note_seeds(
     ax: plt.Axes, xs: Sequence[float], ys: Sequence[float], counts: Sequence[int]
 ) -> None:
-    """Write "n = k" beside each point (x, y) drawn from k < `MIN_SEEDS` seeds, which
-    `dpmed.report.intervals.shown_interval` gives no interval: the figure states the evidence
-    where an interval from too few seeds would overstate or hide it."""
-    for x, y, n in zip(xs, ys, counts, strict=True):
-        if n < MIN_SEEDS and math.isfinite(x) and math.isfinite(y):
-            ax.annotate(
-                f"n = {n} seed{'s' * (n != 1)}", (x, y), xytext=(3, 3),
-                textcoords="offset points", fontsize=6, color="dimgrey",
-            )  # fmt: skip
+    """State the evidence of the points (x, y) drawn from k < `MIN_SEEDS` seeds, which
+    `dpmed.report.intervals.shown_interval` gives no interval: one note in the panel's upper
+    left corner ("no interval: n = 1 seed per point"), kept up to date over calls for one
+    panel, and "n = k" beside each point only where the panel's counts differ, so labels never
+    pile up on a panel of one-seed points."""
+    few = [(x, y, n) for x, y, n in zip(xs, ys, counts, strict=True)
+           if n < MIN_SEEDS and math.isfinite(x) and math.isfinite(y)]  # fmt: skip
+    if not few:
+        return
+    note = next((t for t in ax.texts if t.get_gid() == "seed-note"), None)
+    seen = sorted({int(n) for *_, n in few} | set(getattr(note, "seed_counts", ())))
+    words = " or ".join(map(str, seen))
+    text = f"no interval: n = {words} seed{'s' * (seen != [1])} per point (< {MIN_SEEDS})"
+    if note is None:
+        note = ax.text(0.01, 0.99, text, transform=ax.transAxes, ha="left", va="top",
+                       fontsize=6, color="dimgrey", gid="seed-note")  # fmt: skip
+    note.set_text(text)
+    note.seed_counts = seen
+    if len(seen) > 1:
+        for x, y, n in few:
+            ax.annotate(f"n = {n}", (x, y), xytext=(3, 3), textcoords="offset points",
+                        fontsize=6, color="dimgrey")  # fmt: skip
 
 
 NOT_LEARNED = "did not learn"  # legend entry of a run below its study's learning floor

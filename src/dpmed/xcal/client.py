@@ -278,10 +278,10 @@ class Client:
         """One N(0, 1) draw from the client's noise generator."""
         return torch.randn((), generator=self.noise, device=self.x.device).item()
 
-    def control_uniform(self) -> float:
-        """One U(0, 1) draw from the client's control generator (never the noise one: the
-        draws reach the server)."""
-        return torch.rand((), generator=self.control).item()
+    def control_uniforms(self, n: int) -> list[float]:
+        """`n` U(0, 1) draws from the client's control generator (never the noise one: what
+        they choose reaches the server)."""
+        return torch.rand(n, generator=self.control, dtype=torch.float64).tolist()
 
     # ------------------------------------------------------------------ checkpoints
     def state(self) -> dict:

@@ -26,12 +26,14 @@ if TYPE_CHECKING:
     from torch import nn
 
     from dpmed.privacy.adaptive import RdpLedger, RenyiFilter
+    from dpmed.xcal.calibration import Budget
     from dpmed.xcal.client import Client
 
 PRESET_PATTERN = "[a-z0-9]+"
 # Roles of the paper's comparisons (report tables and figures): the non-private baseline, the
 # DP baseline XCal-FL is measured against, XCal-FL itself and its random-σ_t control (ours).
 NON_PRIVATE, BASELINE, PROPOSED, RANDOM_CONTROL = "nondp", "static", "xcal", "xcal-random"
+PAPER_POINT = "xcal-paper"  # XCal-FL at the paper's own budget split (s = 1)
 
 
 @dataclass(slots=True)
@@ -61,11 +63,17 @@ class XCalState:
     filter: RenyiFilter
     signal_ledger: RdpLedger
     smoothed: float = 0.5
+    schedule: tuple[float, ...] = ()  # the random-σ_t control's σ_1 … σ_T (`XCalRandom`)
 
     @property
     def ledger(self) -> RdpLedger:
         """The gradient steps' ledger (the filter's)."""
         return self.filter.ledger
+
+    @property
+    def steps_taken(self) -> int:
+        """Gradient steps charged so far."""
+        return sum(int(n) for *_, n in self.ledger.history)
 
 
 def trained_sigmas(clients: list[Client]) -> list[float]:
@@ -146,7 +154,8 @@ class Method:
         return client.method_state.ledger.epsilon(client.delta)
 
     def realised_epsilon(self, client: Client) -> float | None:
-        """The realised RDP reading of the steps taken; equals `epsilon` when σ is fixed."""
+        """The ε spent so far: the RDP of every mechanism run, composed and converted at δ
+        (rounds.csv's `eps_spent`, the ΔF1/Δε trajectory); equals `epsilon` when σ is fixed."""
         return self.epsilon(client)
 
     def ledger_message(self, client: Client) -> dict:
@@ -278,7 +287,7 @@ class XCalFL(Method):
 
     A calibration budget s·(ε, δ) is split into a signal share f·s·(ε, δ) and a gradient share
     (1 − f)·s·(ε, δ), s chosen so that the proven bound after all planned steps reaches the
-    target ε (`dpmed.xcal.calibration`; s = 1 would end about a tenth below it). Per step, the
+    target ε (`dpmed.xcal.calibration`; s = 1, the paper's own point, is `XCalPaper`). Per step, the
     signal s_i (`dpmed.xcal.signal`, sensitivity 1) is summed over its own Poisson sample,
     drawn independently of the gradient step's, and gets N(0, σ_s²); it is divided by q·n,
     clipped to [0, 1] and EMA-smoothed (start 0.5). σ_t follows from the smoothed signal within
@@ -295,12 +304,20 @@ class XCalFL(Method):
         "sigma_t under a Renyi filter"
     )
 
-    def calibrate(self, client: Client, epsilon: float) -> XCalState:
-        from dpmed.privacy.adaptive import RdpLedger, RenyiFilter
+    def budget(self, client: Client, epsilon: float) -> Budget:
+        """The client's split of s·(ε, δ), s calibrated so the proven bound reaches ε."""
         from dpmed.xcal.calibration import calibrate
 
+        p = client.params
+        return calibrate(
+            epsilon, client.delta, client.q, client.total_steps, p["signal_fraction"], p["band"]
+        )
+
+    def calibrate(self, client: Client, epsilon: float) -> XCalState:
+        from dpmed.privacy.adaptive import RdpLedger, RenyiFilter
+
         f, band, delta = client.params["signal_fraction"], client.params["band"], client.delta
-        budget = calibrate(epsilon, delta, client.q, client.total_steps, f, band)
+        budget = self.budget(client, epsilon)
         return XCalState(
             budget_scale=budget.scale,
             eps_signal=f * budget.scale * epsilon,
@@ -386,10 +403,11 @@ class XCalFL(Method):
         )
 
     def realised_epsilon(self, client: Client) -> float | None:
-        """The RDP reading of the noise actually used, at δ: the signal's and the gradients'
-        realised curves summed (independent samples) and converted once. The σ_t were chosen
-        from the data, so this is a reading, not a guarantee (summing realised RDP of adaptive
-        mechanisms needs a privacy odometer); it never exceeds `epsilon`."""
+        """The ε spent so far, accounted as a fixed-σ method's: the signal's and the gradients'
+        realised RDP curves summed (independent samples) and converted once at δ. The σ_t
+        were chosen from the data, so this is a reading, not a guarantee (summing realised RDP
+        of adaptive mechanisms needs a privacy odometer); it never exceeds `epsilon` at the
+        end, and the trajectory of ΔF1/Δε uses it like static's spent ε."""
         from dpmed.privacy.adaptive import epsilon_of
 
         state: XCalState = client.method_state
@@ -433,6 +451,10 @@ class XCalFL(Method):
             "client_halted": [s.filter.halted for s in states],
             "sigma_band": [1 - params["band"], 1 + params["band"]],
         }
+        if states and states[0].schedule:
+            extra["client_control_sigma_range"] = [
+                [min(s.schedule), max(s.schedule)] if s.schedule else [] for s in states
+            ]
         by_accountant = {
             "rdp_filter": max(self.filter_epsilon(c) for c in clients),
             "rdp_worst_sigma": max(self.worst_case_epsilon(c) for c in clients),
@@ -442,27 +464,62 @@ class XCalFL(Method):
 
 
 @dataclass(frozen=True)
+class XCalPaper(XCalFL):
+    """XCal-FL at the paper's own operating point: the target (ε, δ) itself split into the
+    signal's and the gradients' shares (s = 1, `dpmed.xcal.calibration.split_budget`). Its
+    proven bound ends below the target (about a tenth at f = 0.1); privacy.json records it."""
+
+    def budget(self, client: Client, epsilon: float) -> Budget:
+        from dpmed.xcal.calibration import split_budget
+
+        p = client.params
+        return split_budget(
+            1.0, epsilon, client.delta, client.q, client.total_steps, p["signal_fraction"],
+            p["band"],
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
 class XCalRandom(XCalFL):
-    """The random-σ_t control of XCal-FL (ours): each step σ_t is drawn uniformly in XCal-FL's
-    band [(1 − b)σ_ref, (1 + b)σ_ref] from the client's control generator, whatever the data
-    (never from the noise generator: the σ_t reach the server, `dpmed.xcal.client`). Same
-    calibration (budget split, σ_ref), same Rényi filter, same proven bound, same `XCalState`;
-    no signal is computed, so the signal's share of the budget is reserved and unspent (the
-    bound, which counts it, is then conservative). XCal-FL against it tells whether the signal,
-    rather than σ_t merely varying within the band, changes F1 or ROAD."""
+    """The random-σ_t control of XCal-FL (ours), matched on steps and budget: XCal-FL's
+    calibration (budget split, σ_ref, Rényi filter, bound) with σ_t from a schedule of T
+    values drawn before training (`dpmed.xcal.calibration.control_schedule`): uniform draws on
+    the top of XCal-FL's band from the client's control generator (never the noise generator:
+    the σ_t reach the server, `dpmed.xcal.client`), narrowed so the T steps spend the filter's
+    gradient budget, used in their random draw order. So it runs every planned step (draws
+    uniform on the whole band would cost more than σ_ref's and halt early) and spends what
+    XCal-FL's bound allows. Privacy: the schedule is fixed before training and independent of
+    the data, so its exact RDP is a bound, and the filter still guards every step (it never has
+    to act). No signal is computed; its share is reserved and charged every step as XCal-FL's
+    signal step, so both runs' spent ε and bound count the same budget (an over-count of what
+    it releases, which is safe). XCal-FL against it tells whether the signal, rather than σ_t
+    merely varying within the band, changes F1 or ROAD."""
 
     default_preset: str | None = None
     mechanism: ClassVar[str] = (
-        "XCal-FL random-sigma control: DP-SGD (flat clipping) with sigma_t drawn uniformly in "
-        "XCal-FL's band under XCal-FL's Renyi filter; the signal's budget share reserved, no "
-        "signal computed"
+        "XCal-FL random-sigma control: DP-SGD (flat clipping) with sigma_t from a schedule drawn "
+        "uniformly in XCal-FL's band before training, matched to XCal-FL's Renyi filter budget "
+        "(never halts); the signal's budget share reserved and charged, no signal computed"
     )
 
+    def calibrate(self, client: Client, epsilon: float) -> XCalState:
+        """XCal-FL's state plus the T-step σ schedule (T uniform draws of the control
+        generator, at construction: a resumed client redraws the same)."""
+        from dpmed.xcal.calibration import control_schedule
+
+        state = super().calibrate(client, epsilon)
+        flt = state.filter
+        schedule = control_schedule(
+            client.control_uniforms(client.total_steps), state.sigma_ref, client.params["band"],
+            client.q, flt.order, flt.budget,
+        )  # fmt: skip
+        return replace(state, schedule=tuple(float(s) for s in schedule))
+
     def proposed_sigma(self, client: Client, model: nn.Module) -> float:
-        """σ_ref (1 − b + 2b·u), u ~ U(0, 1) from the client's control generator."""
-        band = client.params["band"]
-        sigma_ref = client.method_state.sigma_ref
-        return sigma_ref * (1 - band + 2 * band * client.control_uniform())
+        """The schedule's next σ_t; the reserved signal step is charged as XCal-FL's."""
+        state: XCalState = client.method_state
+        state.signal_ledger.charge(client.q, state.sigma_signal)
+        return state.schedule[state.steps_taken]
 
 
 METHODS: Registry[Method] = Registry("xcal method")
@@ -472,19 +529,22 @@ METHODS.add(BASELINE, Method())
 METHODS.add("agp", AGP())
 METHODS.add("agp-dp", AGPDP())
 METHODS.add(PROPOSED, XCalFL())
+METHODS.add(PAPER_POINT, XCalPaper())
 METHODS.add(RANDOM_CONTROL, XCalRandom())
 
 
 def split_method(method: str) -> tuple[str, str | None]:
     """(registered name, preset) of a method wildcard: `xcal-logit` → (`xcal`, `logit`), `xcal`
-    → (`xcal`, its default preset), `static` → (`static`, None), `agp-dp` → (`agp-dp`, None)
-    (a registered name is never read as name and preset)."""
+    → (`xcal`, its default preset), `static` → (`static`, None), `agp-dp` → (`agp-dp`, None),
+    `xcal-paper-logit` → (`xcal-paper`, `logit`): the longest registered name the wildcard
+    starts with (a registered name without presets is never read as name and preset)."""
     if method in METHODS and METHODS[method].default_preset is None:
         return method, None
-    name, dash, preset = method.partition("-")
-    entry = METHODS[name]
+    names = [n for n in METHODS.names() if method == n or method.startswith(f"{n}-")]
+    name = max(names, key=len) if names else method.partition("-")[0]
+    entry, preset = METHODS[name], method[len(name) + 1 :]
     if entry.default_preset is None:
-        if dash:
+        if preset:
             raise ValueError(f"xcal method '{name}' takes no preset (got '{method}')")
         return name, None
     return name, preset or entry.default_preset

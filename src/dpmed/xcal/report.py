@@ -10,8 +10,8 @@ t-interval (`dpmed.report.intervals.summarize`: `n_seeds`, `<m>_mean`, `<m>_ci_l
 - xcal_main: F1, accuracy, ROAD (%), combined ROAD and the final proven ε per dataset × model ×
   method × ε (IID runs, §6), F1 and ROAD of every method tested against static DP-FL, AGP and
   the random-σ_t control;
-- xcal_efficiency: ΔF1/Δε and ΔROAD/Δε (ROAD in %) over each private run's trajectory (first
-  to last round with a value), with how many runs of the cell have a slope (ε moved);
+- xcal_efficiency: ΔF1/Δε and ΔROAD/Δε (ROAD in %) over each private run's trajectory of spent
+  ε (first to last round with a value), with how many runs of the cell have a slope (ε moved);
 - xcal_clients: F1 and ROAD by client count (columns) per dataset × model × method × shift × ε,
   XCal-FL tested against static DP-FL per column;
 - xcal_shift: F1 and ROAD by shift (columns) per dataset × model × method × clients × ε, likewise;
@@ -284,11 +284,11 @@ def _no_data(ax: plt.Axes, text: str) -> None:
 
 
 def trajectories_figure(frame: pd.DataFrame) -> plt.Figure:
-    """Per private IID run, one row per dataset × model: F1, ROAD (%) and the proven cumulative
-    ε (log axis) against the round, and the final model's MoRF (solid) and LeRF (dotted)
-    confidence drop (%) vs removed fraction, with the drop of uniform random attributions
-    (dashed, faint): the baseline MoRF must beat. Against the round, not ε: a run whose proven
-    bound is reached from the first round (XCal-FL's filter bound) would be a vertical line."""
+    """Per private IID run, one row per dataset × model: F1, ROAD (%) and the ε spent so far
+    (rounds.csv's `eps_spent`, the efficiencies' trajectory; log axis) against the round, and
+    the final model's MoRF (solid) and LeRF (dotted) confidence drop (%) vs removed fraction,
+    with the drop of uniform random attributions (dashed, faint): the baseline MoRF must
+    beat."""
     private = frame[(frame["shift"] == POOLED) & np.isfinite(frame["eps"].astype(float))]
     combos = list(dict.fromkeys(zip(private["dataset"], private["model"], strict=True)))
     fig, axes = plt.subplots(
@@ -312,7 +312,7 @@ def trajectories_figure(frame: pd.DataFrame) -> plt.Figure:
             row_axes[0].plot(rounds["round"], rounds["f1"], **style)
             with_road = rounds.dropna(subset=["road"])
             row_axes[1].plot(with_road["round"], with_road["road"], **style)
-            row_axes[2].plot(rounds["round"], rounds["epsilon"], **style)
+            row_axes[2].plot(rounds["round"], rounds["eps_spent"], **style)
             removed = 100 * np.asarray(road["percentages"])
             row_axes[3].plot(removed, road["morf_drop"], "-", label=f"{label} MoRF", **line)
             row_axes[3].plot(removed, road["lerf_drop"], ":", label=f"{label} LeRF", **line)
@@ -324,7 +324,7 @@ def trajectories_figure(frame: pd.DataFrame) -> plt.Figure:
         row_axes[0].set(title=f"{dataset} / {model}: macro F1", xlabel="round", ylabel="macro F1")
         row_axes[1].set(title=f"{dataset} / {model}: ROAD", xlabel="round", ylabel=ROAD_LABEL)
         row_axes[2].set(
-            title=f"{dataset} / {model}: proven ε spent", xlabel="round", ylabel="cumulative ε",
+            title=f"{dataset} / {model}: ε spent", xlabel="round", ylabel="cumulative ε",
             yscale="log",
         )  # fmt: skip
         row_axes[3].set(

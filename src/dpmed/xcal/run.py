@@ -8,8 +8,10 @@ averages their tensors weighted by client sample count (FedAvg) and evaluates th
 on the test split after every round (macro F1, accuracy; ROAD every `road_every` rounds and
 after the last, on a fixed test subsample shared by every run of the dataset).
 
-Outputs in the run folder: rounds.csv (round, f1, accuracy, epsilon = max over clients of ε
-spent so far, road = the paper's ROAD in %, road_combined, seconds), metrics.json,
+Outputs in the run folder: rounds.csv (round, f1, accuracy, epsilon = max over clients of the
+proven ε bound so far, eps_spent = max over clients of the ε spent so far, the same accounting
+for every method (`Method.realised_epsilon`), road = the paper's ROAD in %, road_combined,
+seconds), metrics.json,
 privacy.json, road.json, gradcam.npz (Grad-CAM examples of the final model), model.pt (the
 final global model) and config.json (`dpmed.runtime.run_config`). A fingerprinted checkpoint
 after every round lets a killed run resume; it is removed once the outputs exist.
@@ -55,7 +57,7 @@ ROUND_COLUMNS = [
     "f1",
     "accuracy",
     "epsilon",
-    "eps_realised_reading",
+    "eps_spent",
     "road",
     "road_combined",
     "seconds",
@@ -346,10 +348,10 @@ def train_round(
 ) -> dict[str, float]:
     """One round: local training of the sampled clients, FedAvg of their updates, evaluation;
     appends the round's row to `history` and returns the scores for the progress line. The
-    row's ε is the maximum over all clients of what each spent so far (a client not sampled
-    this round spent nothing in it). `remote(sampled, global_state)`, when given, trains the
-    sampled clients elsewhere (a deployed federation, `dpmed.xcal.flower`) and returns the
-    updates that arrived, in client order."""
+    row's ε (proven bound) and spent ε are the maxima over all clients of each one's so far (a
+    client not sampled this round spent nothing in it). `remote(sampled, global_state)`, when
+    given, trains the sampled clients elsewhere (a deployed federation, `dpmed.xcal.flower`)
+    and returns the updates that arrived, in client order."""
     t0 = time.perf_counter()
     sampled = [fed.clients[k] for k in fed.schedule[history.rounds_done]]
     if remote is None:
@@ -360,7 +362,7 @@ def train_round(
     fed.net.load_state_dict(history.global_state)
     scores = fed.evaluation.scores()
     cumulative = max(float(c.epsilon()) for c in fed.clients) if fed.method.dp else None
-    realised = max(float(c.realised_epsilon()) for c in fed.clients) if fed.method.dp else None
+    spent = max(float(c.realised_epsilon()) for c in fed.clients) if fed.method.dp else None
     history.last_road = fed.evaluation.road() if road_due else None
     history.elapsed += time.perf_counter() - t0
     history.rows.append(
@@ -369,7 +371,7 @@ def train_round(
             "f1": scores["f1"],
             "accuracy": scores["accuracy"],
             "epsilon": cumulative,
-            "eps_realised_reading": realised,
+            "eps_spent": spent,
             "road": history.last_road["road"] if road_due else None,
             "road_combined": history.last_road["combined"] if road_due else None,
             "seconds": history.elapsed,
@@ -399,14 +401,15 @@ def write_outputs(job: JobContext, fed: Federation, history: History) -> dict:
 def write_road(path: Path, evaluation: xcal_eval.Evaluation, history: History) -> dict:
     """road.json: the final model's ROAD (the last round's), its subsample size, layer, the
     ROAD trajectory over the rounds that had one, and under `random` the final model's ROAD
-    of uniform random attributions (the baseline a saliency map must beat)."""
+    of uniform random attributions (the baseline a saliency map must beat); the trajectory's
+    rounds carry the proven `epsilon` and the spent `eps_spent`."""
     result = dict(history.last_road if history.last_road is not None else evaluation.road())
     baseline = evaluation.road_random()
     result["random"] = {k: baseline[k] for k in ("road", "morf_drop", "lerf_drop", "combined")}
     result["subsample"] = int(len(evaluation.road_idx))
     result["layer"] = evaluation.layer
     result["trajectory"] = [
-        {"round": row["round"], "epsilon": row["epsilon"], "road": row["road"]}
+        {k: row[k] for k in ("round", "epsilon", "eps_spent", "road")}
         for row in history.rows
         if row["road"] is not None
     ]
@@ -454,15 +457,17 @@ def run_metrics(
     road: dict,
     epsilon: float | None,
 ) -> dict:
-    """metrics.json: the cell, final scores, spent ε, efficiencies, step counts and times, the
-    time of two inference-mode forward passes (paper 001 §8's overhead measure,
-    `dpmed.xcal.timing`), the σs and signals the clients used."""
+    """metrics.json: the cell, final scores, the final proven ε (`epsilon`), the efficiencies
+    ΔF1/Δε and ΔROAD/Δε over the spent-ε trajectory (for every method the RDP of what ran, so
+    XCal-FL's slope is not flattened by its whole-run bound), step counts and times, the time of
+    two inference-mode forward passes (paper 001 §8's overhead measure, `dpmed.xcal.timing`),
+    the σs and signals the clients used."""
     clients = fed.clients
     steps = sum(c.stats.steps for c in clients)
     seconds = sum(c.stats.seconds for c in clients)
     sigmas = [s for c in clients for s in c.stats.sigmas]
     signals = [s for c in clients for s in c.stats.signals]
-    eps = [r["epsilon"] for r in rows]
+    eps = [r["eps_spent"] for r in rows]
     last = rows[-1]
     return {
         **{k: wildcards[k] for k in ("dataset", "model", "method", "shift", "clients", "eps")},
