@@ -9,5 +9,5 @@ from dpmed.report.style import write_table
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 with log_to(smk.log[0]):
-    _, target, grid = checked_configs("dpmed.report.power", None, [smk.params.target])
+    _, target, grid = checked_configs("dpmed.report.power", None, [str(smk.params.target)])
     write_table(power_plan(smk.input.pairs, target, grid), smk.output[0])
