@@ -311,3 +311,11 @@ def test_a_deciding_cell_whose_every_pair_is_dropped_is_left_out_and_counted():
     dropped = observations(rows("x", up, scale="at chance"))
     summary = claim_verdicts([claim("x")], evaluate("s", [claim("x")], dropped)).loc[0]
     assert summary["verdict"] == "inconclusive" and "pairs dropped: at chance" in summary["reason"]
+
+
+def test_a_claim_without_cells_in_the_grid_says_which_cells_it_needs():
+    absent = claim_verdicts([claim("x")], evaluate("s", [claim("x")], observations([])))
+    assert absent.loc[0, "reason"] == "cells absent: needs a and b runs"
+    scoped = claim("x", combine="primary", primary="c9")
+    context = evaluate("s", [scoped], observations(rows("x", [0.1, 0.2, 0.15], cell="c1")))
+    assert claim_verdicts([scoped], context).loc[0, "reason"].startswith("cells absent: no cell")

@@ -239,8 +239,12 @@ def _row(study: str, claim: Claim, cell: str, group: pd.DataFrame | None) -> dic
         "smallest_effect": claim.smallest_effect, "min_seeds": claim.min_seeds,
         "p": math.nan, "p_outside": math.nan, "dropped": "",
     }  # fmt: skip
-    if group is None:
-        return row | {"n_seeds": 0, "reason": f"cells absent: needs {claim.needs}"}
+    if group is None:  # stands for the claim's absent cells; decides nothing
+        return row | {
+            "n_seeds": 0,
+            "decides": False,
+            "reason": f"cells absent: needs {claim.needs}",
+        }
     kept, row["dropped"] = _dropped(group)
     diff = (kept["arm"] - kept["baseline"]).to_numpy(float)
     row["n_seeds"] = int(diff.size)
@@ -383,8 +387,12 @@ def claim_verdicts(claims: Sequence[Claim], cells: pd.DataFrame) -> pd.DataFrame
         # a deciding cell whose every pair is below the claim's scale (neither arm learned)
         # says nothing about the claim: left out, and counted, unless every cell is
         unscaled = (deciding["n_seeds"] == 0) & (deciding["dropped"] != "")
-        if deciding.empty:
-            verdict, reason = "inconclusive", f"no cell matches the primary cell {claim.primary}"
+        if deciding.empty:  # the grid lacks the claim's cells, or has only context cells
+            absent = (mine["cell"] == "—").all()
+            verdict = "inconclusive"
+            reason = mine.iloc[0]["reason"] if absent else (
+                f"cells absent: no cell of this run is a deciding cell ({claim.primary})"
+            )  # fmt: skip
             deciding = mine
         elif unscaled.all():
             verdict, reason = _combined(claim, deciding)
@@ -490,7 +498,7 @@ def verdict_counts(claims: pd.DataFrame, cells: pd.DataFrame, config: str) -> pd
     answer."""
     rows = []
     for (study, group), mine in claims.groupby(["study", "group"], sort=False):
-        papers = mine["paper"].astype(str).str.extract(r"^(paper \d+)")[0].dropna().unique()
+        papers = mine["paper"].astype(str).str.extract(r"(paper \d+)")[0].dropna().unique()
         seeds = cells[(cells["study"] == study) & cells["claim"].isin(mine["claim"])
                       & cells["decides"].astype(bool)]["n_seeds"]  # fmt: skip
         counts = mine["verdict"].value_counts()
