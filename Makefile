@@ -56,7 +56,7 @@ test: $(STAMP)
 # report (report.html: the tables and the cost figure), and fails when any cell failed.
 CONFIG ?= config/config.yaml
 preflight: $(STAMP)
-	$(BIN)/python -m dpmed.preflight --config $(CONFIG) --out results/preflight; status=$$?; \
+	$(BIN)/dpmed preflight --config $(CONFIG) --out results/preflight; status=$$?; \
 	$(BIN)/snakemake --profile profiles/local --configfile $(CONFIG) --cores $(CORES) \
 	    --config preflight=true --report results/preflight/report.html; exit $$status
 
@@ -68,13 +68,14 @@ test-slurm: $(STAMP)
 # The two federated methods in the FL engines sites deploy (docs/deploy.md), on the synthetic
 # data, every process on 127.0.0.1 and stopped by pid: DP-SimAgg as an OpenFL 1.9 federation
 # (an aggregator and 3 collaborator processes over gRPC), XCal-FL as a Flower app (per job a
-# SuperLink and 3 SuperNodes). test-fl checks both against the in-process simulation (pytest
-# marker fl).
+# SuperLink and 3 SuperNodes). Both draw their noise from OS entropy, as a deployment must;
+# `--seeded` (same option on both) uses the job seeds instead, which test-fl does to check both
+# against the in-process simulation (pytest marker fl).
 fl-openfl: $(STAMP)
-	$(BIN)/python -m dpmed.fets.openfl_deploy --out results/fl/openfl
+	$(BIN)/dpmed fl-openfl --out results/fl/openfl
 
 fl-flower: $(STAMP)
-	$(BIN)/python -m dpmed.xcal.flower.deploy --out results/fl/flower
+	$(BIN)/dpmed fl-flower --out results/fl/flower
 
 test-fl: $(STAMP)
 	$(BIN)/python -m pytest -m fl

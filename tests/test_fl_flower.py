@@ -80,7 +80,7 @@ def deployed(data, tmp_path_factory) -> tuple[dict[str, JobContext], dict]:
     work = Path(os.path.relpath(root / "flower"))
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        record = deploy(list(jobs.values()), work, round_timeout=120, run_timeout=500)
+        record = deploy(list(jobs.values()), work, round_timeout=120, seeded=True, run_timeout=500)
     return jobs, {**record, "printed": printed.getvalue().splitlines()}
 
 
@@ -161,7 +161,7 @@ def test_a_supernode_killed_mid_round_is_left_out_and_named(data, tmp_path):
     victim = client_schedule(job)[1][0]  # a client sampled in round 2
     work = tmp_path / "flower"
     write_job(tmp_path / "job.json", job)
-    with local_federation(work, site_configs(job, work)) as federation:
+    with local_federation(work, site_configs(job, work, seeded=True)) as federation:
         flwr_run = federation.start_run(tmp_path / "job.json", round_timeout=40, connect_timeout=60)
         fp.wait_for_line(federation.superlink, r"round 2: sent to clients", timeout=300)
         fp.kill(federation.supernodes[victim])

@@ -34,7 +34,8 @@ PARAMS = FLOWER_PARAMS
 DRIVER = (
     "import sys; from pathlib import Path; from dpmed.xcal.flower.deploy import deploy; "
     "from dpmed.xcal.flower.jobfile import read_job; "
-    "deploy([read_job(Path(sys.argv[1]))], Path(sys.argv[2]), round_timeout=60, run_timeout=300)"
+    "deploy([read_job(Path(sys.argv[1]))], Path(sys.argv[2]), round_timeout=60, seeded=True, "
+    "run_timeout=300)"
 )
 ROUND_1 = r"(?m)^\[flower xcal \S+\] 1/2 "
 LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1"}
@@ -220,7 +221,7 @@ def test_a_second_launch_on_the_same_folder_is_refused_and_changes_nothing(data,
     try:
         assert first.stdout.readline() == "held\n"
         with pytest.raises(fp.FederationProcessError, match=f"pid {first.pid} holds"):
-            deploy([job], work, round_timeout=10, run_timeout=10)
+            deploy([job], work, round_timeout=10, seeded=True, run_timeout=10)
         assert (work / "job-1").is_dir() and (work / "processes.json").read_text() == "{}"
         assert first.poll() is None
     finally:

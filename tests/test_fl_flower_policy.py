@@ -25,7 +25,7 @@ def test_a_server_asking_for_another_epsilon_fails_at_the_roll_call(tmp_path):
     asked = replace(admitted, wildcards={**wc, "eps": "1000000000"})
     write_job(tmp_path / "job.json", asked)
     work = tmp_path / "flower"
-    with local_federation(work, site_configs(admitted, work)) as federation:
+    with local_federation(work, site_configs(admitted, work, seeded=True)) as federation:
         flwr_run = federation.start_run(tmp_path / "job.json", round_timeout=40, connect_timeout=60)
         flwr_run.popen.wait(timeout=300)
         status = federation.run_status(flwr_run)

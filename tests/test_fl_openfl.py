@@ -66,7 +66,7 @@ def live(pid: int) -> bool:
 
 def test_federation_equals_the_simulation(processed, tmp_path, capsys):
     fed = tmp_path / "openfl"
-    outcome = deploy(fed, processed, FL_PARAMS, WILDCARDS, PARTITIONS, seeded_noise=True,
+    outcome = deploy(fed, processed, FL_PARAMS, WILDCARDS, PARTITIONS, seeded=True,
                      timeout=300)  # fmt: skip
     assert (outcome.status, outcome.released) == ("complete", 2)
     # one progress line per released round, the last with the ε privacy.json states
@@ -115,7 +115,7 @@ def test_a_killed_collaborator_stops_the_federation(processed, tmp_path):
     out = tmp_path / "crash"
     sets = [f"--set={k}={json.dumps(v)}" for k, v in FL_PARAMS.items()]
     cmd = [sys.executable, "-m", "dpmed.fets.openfl_deploy", "--out", str(out), "--processed",
-           str(processed), "--eps", WILDCARDS["eps"], "--seeded-noise", "--timeout", "240",
+           str(processed), "--eps", WILDCARDS["eps"], "--seeded", "--timeout", "240",
            *sets]  # fmt: skip
     launcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

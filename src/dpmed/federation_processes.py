@@ -21,10 +21,12 @@ API:
                                               a launcher's `finally` stops its processes
     NewLines(path).read() -> list[str]        the complete lines a file gained since the last
                                               read (progress relayed from a process's files)
+    add_seeded_flag(parser)                   the launchers' one `--seeded` option
 """
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import os
 import re
@@ -304,3 +306,14 @@ def process_table(procs: Iterable[Process]) -> list[dict]:
         }
         for p in procs
     ]
+
+
+def add_seeded_flag(parser: argparse.ArgumentParser) -> None:
+    """`--seeded`, the same on every launcher: without it the DP noise and client generators
+    draw from OS entropy (a deployment's default); with it from the job seeds, as the
+    simulation does, so a test can compare the two."""
+    parser.add_argument(
+        "--seeded",
+        action="store_true",
+        help="draw noise from the job seeds: reproducible, for tests only",
+    )

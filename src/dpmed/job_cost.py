@@ -325,6 +325,72 @@ def markdown(config: Mapping[str, Any], counts: Counter[tuple[str, Request]]) ->
         lines.append(
             f"| `{rule}` | {req.mem_mb}{capped} | {req.runtime} | {req.gpu_mb or '-'} | {n} |"
         )
+    return "\n".join(lines) + "\n\n" + totals(config, counts)
+
+
+def grid_hours(config: Mapping[str, Any], counts: Counter[tuple[str, Request]]) -> dict[str, float]:
+    """{"CPU": hours, "GPU": hours} the jobs of `counts` request in all (runtime × jobs; a GPU
+    job holds one GPU, a CPU job one core); jobs ask for a GPU unless the config pins the CPU."""
+    hours = sum(req.runtime * n for (_, req), n in counts.items()) / 60
+    gpu = config["device"] != "cpu"
+    return {"CPU": 0.0 if gpu else hours, "GPU": hours if gpu else 0.0}
+
+
+def job_groups() -> tuple[dict[str, str], dict[str, int]]:
+    """(rule → its job group, group → connected components per SLURM submission): the `group:`
+    of the rules in rules/*.smk and the `group-components` of the workflow profile
+    (profiles/default; a group it does not name submits each component alone)."""
+    import re
+
+    import yaml
+
+    from dpmed.config.checks import REPO
+
+    rules = {}
+    for path in sorted((REPO / "rules").glob("*.smk")):
+        for block in re.split(r"^(?=rule \w+:)", path.read_text(), flags=re.M):
+            found = re.match(r"rule (\w+):(?:.|\n)*?^\s+group:\s*\n?\s*\"(\w+)\"", block, re.M)
+            if found:
+                rules[found[1]] = found[2]
+    profile = yaml.safe_load((REPO / "profiles" / "default" / "config.yaml").read_text())
+    sizes = dict(item.split("=") for item in profile.get("group-components", []))
+    return rules, {group: int(n) for group, n in sizes.items()}
+
+
+def submissions(counts: Counter[tuple[str, Request]]) -> int:
+    """SLURM submissions of the jobs of `counts`: one per job outside a group; a group's jobs of
+    one cell (a seg cell's training and attack) form one component, so a group has as many
+    components as its most numerous rule has jobs, `group-components` of them per submission
+    (`job_groups`). A lower bound: Snakemake bundles the components that are ready together."""
+    rules, sizes = job_groups()
+    jobs: Counter[str] = Counter()
+    for (rule, _), n in counts.items():
+        jobs[rule] += n
+    alone = sum(n for rule, n in jobs.items() if rule not in rules)
+    components: dict[str, int] = {}
+    for rule, n in jobs.items():
+        if rule in rules:
+            components[rules[rule]] = max(components.get(rules[rule], 0), n)
+    return alone + sum(math.ceil(n / sizes.get(g, 1)) for g, n in components.items())
+
+
+def totals(config: Mapping[str, Any], counts: Counter[tuple[str, Request]]) -> str:
+    """The grid's totals under the tables: requested CPU- and GPU-hours, jobs and SLURM
+    submissions, and the GPU speedup the GPU hours rest on."""
+    hours = grid_hours(config, counts)
+    jobs = sum(counts.values())
+    lines = [
+        f"Grid total ({MODEL}, requested runtime × jobs): {hours['CPU']:,.0f} CPU-hours, "
+        f"{hours['GPU']:,.0f} GPU-hours.",
+        f"SLURM submissions: at least {submissions(counts):,} for its {jobs:,} jobs (the workflow "
+        "profile's `group-components` bundles grouped jobs), plus the data preparation's.",
+    ]
+    if hours["GPU"]:
+        speedup = float(config["resources"].get("gpu_speedup", 1.0))
+        lines.append(
+            f"GPU time assumes resources.gpu_speedup = {speedup:g} (an assumption, not a "
+            "measurement)."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -347,6 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         gpu = str(req.gpu_mb) if req.gpu_mb else "-"
         capped = f"  (max_mem_mb cap; wants {req.uncapped_mem_mb})" if req.uncapped_mem_mb else ""
         print(f"{rule:<11} {req.mem_mb:>7} {req.runtime:>7} min {gpu:>16}  {n}{capped}")
+    print(f"\n{totals(config, counts)}", end="")
     return 0
 
 

@@ -9,8 +9,9 @@ names, like Opacus' accountant registry.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -72,3 +73,10 @@ class Registry(Generic[T]):
     def pattern(self) -> str:
         """A regex alternation of the names (for Snakemake wildcard constraints)."""
         return "|".join(self._entries)
+
+
+def resolve(spec: str) -> Any:
+    """The object a `"package.module:attribute"` string names, imported only now (so a table of
+    such strings costs no imports until an entry is used)."""
+    module, _, attribute = spec.partition(":")
+    return getattr(importlib.import_module(module), attribute)

@@ -11,11 +11,12 @@ measured by a preflight probe at the job's own sizes (`Work.measure`).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
+
+from dpmed.registry import resolve
 
 # (the config's data section, a job's wildcards, its hyperparameters) → a rule's numbers
 Sizer = Callable[[Mapping[str, Any], Mapping[str, str], Mapping[str, Any]], Any]
@@ -108,8 +109,7 @@ def study_sizing(study: str) -> StudySizing:
     imported on first use)."""
     from dpmed.studies import STUDIES
 
-    module, attribute = STUDIES[study].sizing.split(":")
-    return getattr(importlib.import_module(module), attribute)
+    return resolve(STUDIES[study].sizing)
 
 
 def sized_rules() -> dict[str, str]:

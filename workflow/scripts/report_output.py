@@ -3,16 +3,14 @@ names ("module:function") with the rule's named inputs (lists of paths; names st
 are dependencies only), its named outputs (the first file of each, the .png or .csv: the writer
 adds the .pdf, or the .md and .html) and its other params."""
 
-import importlib
-
 from dpmed.logs import log_to
+from dpmed.registry import resolve
 from dpmed.report.style import set_scale
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 with log_to(smk.log[0]):
     set_scale(smk.config["data"])  # the figures' "synthetic data" mark
-    module, _, name = smk.params.writer.partition(":")
-    write = getattr(importlib.import_module(module), name)
+    write = resolve(smk.params.writer)
     inputs = {key: list(files) for key, files in smk.input.items() if not key.startswith("_")}
     outputs = {key: files[0] for key, files in smk.output.items()}
     params = {key: value for key, value in smk.params.items() if key != "writer"}

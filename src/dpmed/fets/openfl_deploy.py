@@ -5,7 +5,7 @@ from the workspace template deploy/openfl/.
 
     python -m dpmed.fets.openfl_deploy --out DIR [--processed PROC] [--partitions 1,2,3]
         [--config config/smoke.yaml] [--set rounds=2 ...] [--dpmode sound --eps 1]
-        [--seeded-noise] [--timeout 600] [--round-timeout 300]
+        [--seeded] [--timeout 600] [--round-timeout 300]
 
 Before anything starts, every `--set KEY=VALUE` (a `fets.defaults` key), `--eps`, `--dpmode` and
 `--seed` is checked as the workflow checks a config (`dpmed.config.checks.check_config`, the
@@ -33,9 +33,10 @@ rewritten as each process starts), logs/, model.pt (the last released global mod
 and not released, status) and federation.json (status, error, wall seconds). Rounds count from
 1 as in `dpmed.fets.run` (OpenFL's round r is round r + 1 here).
 
-`--seeded-noise` seeds the server's noise with the job seed, as the simulation does, so the
+`--seeded` seeds the server's noise with the job seed, as the simulation does, so the
 federation reproduces `dpmed.fets.run` (tests); without it the noise comes from OS entropy, as
-a deployment must (anyone who knows the seed can subtract the noise).
+a deployment must (anyone who knows the seed can subtract the noise). The Flower launcher
+(`dpmed.xcal.flower.deploy`) takes the same option.
 """
 
 from __future__ import annotations
@@ -304,7 +305,7 @@ def deploy(
     params: Mapping[str, Any],
     wildcards: Mapping[str, str],
     partitions: Sequence[int],
-    seeded_noise: bool = False,
+    seeded: bool = False,
     timeout: float = 600.0,
     template: Path = TEMPLATE,
     round_timeout: float = 300.0,
@@ -319,7 +320,7 @@ def deploy(
                 shutil.rmtree(stale)
             else:
                 stale.unlink(missing_ok=True)
-        noise_seed = job_seed("fets", wildcards) if seeded_noise else None
+        noise_seed = job_seed("fets", wildcards) if seeded else None
         cfg = server_config(params, wildcards, noise_seed)
         sites = site_folders(Path(processed), out / "sites", partitions)
         port = fp.free_port()
@@ -401,8 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dpmode", default="sound", choices=["sound", "paper"])
     parser.add_argument("--eps", default="1", help="eps0 per round (wildcard spelling)")
     parser.add_argument("--seed", default="0", help="seed wildcard (common seeds)")
-    parser.add_argument("--seeded-noise", action="store_true", help="seed the server noise "
-                        "with the job seed, as the simulation (never in a deployment)")  # fmt: skip
+    fp.add_seeded_flag(parser)
     parser.add_argument("--timeout", type=_seconds, default=600.0, help="seconds before stopping")
     parser.add_argument("--round-timeout", type=_seconds, default=300.0, help="seconds a round "
                         "may take before the aggregator stops the federation")  # fmt: skip
@@ -422,7 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with fp.launch_lock(out):
             processed = prepare_data(out, config, args.processed)
-            outcome = deploy(out, processed, params, wildcards, partitions, args.seeded_noise,
+            outcome = deploy(out, processed, params, wildcards, partitions, args.seeded,
                              args.timeout, round_timeout=args.round_timeout)  # fmt: skip
     except fp.FederationProcessError as err:
         print(f"federation failed: {err}", file=sys.stderr)

@@ -11,7 +11,6 @@ parameter count it may build: `load_model` checks both before allocating anythin
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
 from collections.abc import Callable, Mapping
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpmed.errors import DataFormatError
-from dpmed.registry import Registry
+from dpmed.registry import Registry, resolve
 
 if TYPE_CHECKING:
     from torch import nn
@@ -42,8 +41,7 @@ class ModelEntry:
     label: str
 
     def constructor(self) -> Callable[..., nn.Module]:
-        module, _, attribute = self.target.partition(":")
-        return getattr(importlib.import_module(module), attribute)
+        return resolve(self.target)
 
 
 MODELS: Registry[ModelEntry] = Registry("model")

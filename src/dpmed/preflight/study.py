@@ -9,7 +9,6 @@ arrays in its processed format (the probes read them as the runner reads process
 
 from __future__ import annotations
 
-import importlib
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpmed.config.grid import Job, job_seed
+from dpmed.registry import resolve
 from dpmed.studies import STUDIES
 
 if TYPE_CHECKING:
@@ -92,8 +92,7 @@ class StudyProbe:
 
 def study_probe(study: str) -> StudyProbe:
     """The `StudyProbe` that `study`'s spec names ("module:attribute"), imported now."""
-    module, _, attribute = STUDIES[study].probe.partition(":")
-    return getattr(importlib.import_module(module), attribute)
+    return resolve(STUDIES[study].probe)
 
 
 def probe_job(spec: Mapping[str, Any], processed: Path) -> JobContext:

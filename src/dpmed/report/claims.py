@@ -26,7 +26,6 @@ cell (`COLUMNS`):
 
 from __future__ import annotations
 
-import importlib
 import math
 import re
 from collections import Counter
@@ -40,6 +39,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import stdtr
 
+from dpmed.registry import resolve
 from dpmed.report.intervals import MIN_SEEDS, t_interval
 from dpmed.report.outputs import LINK_SEPARATOR
 
@@ -426,7 +426,7 @@ def _span(values: pd.Series) -> str:
 
 def registered_claims(reader: str) -> Sequence[Claim]:
     """The `CLAIMS` registry of the module of a study's claims `reader` ("module:function")."""
-    return importlib.import_module(reader.split(":")[0]).CLAIMS
+    return resolve(reader.partition(":")[0] + ":CLAIMS")
 
 
 def claims_evidence(
@@ -448,8 +448,7 @@ def study_claims(
 ) -> tuple[Sequence[Claim], pd.DataFrame]:
     """A study's claims and observations: its `reader` ("module:function") called with its
     named input lists."""
-    module, function = reader.split(":")
-    return getattr(importlib.import_module(module), function)(**inputs)
+    return resolve(reader)(**inputs)
 
 
 @dataclass(frozen=True)

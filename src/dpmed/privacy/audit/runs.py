@@ -21,12 +21,12 @@ cell; `main` is its command line for a cell of a config's grid.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from dpmed.io import write_json
 from dpmed.privacy.audit.cell import AUDIT_FILE, CellAudit, require_setting
+from dpmed.registry import resolve
 from dpmed.runtime import JobContext
 from dpmed.studies import STUDIES
 
@@ -40,8 +40,7 @@ def audited_studies() -> list[str]:
 
 def study_runner(study: str) -> Callable[..., CellAudit]:
     """The audit runner `study`'s spec names ("module:function"), imported now."""
-    module, _, function = STUDIES[study].audit.runner.partition(":")
-    return getattr(importlib.import_module(module), function)
+    return resolve(STUDIES[study].audit.runner)
 
 
 def audit_cell(

@@ -12,7 +12,8 @@ privacy.json, model.pt, federation.json), and <out>/flower/processes.json each p
 pid, ports, command and log, the runs' status, what stopped them and the wall time: written
 when the processes start, as runs start and end, and after the stop. The SuperNodes deal the
 processed train split to the clients as the in-process run does (`split=dpmed`) and seed them
-from the job (`seeds=job`, reproducing a simulation) unless `--secret-seeds`.
+from the node's OS entropy (`seeds=secret`), or with `--seeded` from the job (`seeds=job`,
+reproducing a simulation: for tests only).
 
 Default: the smoke config's XCal-FL and static DP-FL cells at ε = 5 on its synthetic
 BloodMNIST, generated under <out>/data (`make fl-flower`). A chosen cell on processed data:
@@ -204,11 +205,12 @@ def node_config(
     data_dir: Path,
     policy: Path,
     state_dir: Path,
-    secret_seeds: bool = False,
+    seeded: bool = False,
 ) -> str:
     """The --node-config of client k's SuperNode in a local federation (`client_app`): its data,
-    its site policy file and the folder its privacy ledger persists in."""
-    seeds = "secret" if secret_seeds else "job"
+    its site policy file, the folder its privacy ledger persists in, and its seeds (the job's
+    when `seeded`, else the node's OS entropy)."""
+    seeds = "job" if seeded else "secret"
     return (
         f"partition-id={k} num-partitions={n_clients} data-dir='{Path(data_dir).resolve()}' "
         f"split='dpmed' seeds='{seeds}' threads=1 policy='{Path(policy).resolve()}' "
@@ -216,7 +218,7 @@ def node_config(
     )
 
 
-def site_configs(job: JobContext, work: Path, secret_seeds: bool = False) -> list[str]:
+def site_configs(job: JobContext, work: Path, seeded: bool = False) -> list[str]:
     """The --node-configs of `job`'s K sites: writes site-<k>/policy.json under `work`, each
     the policy admitting `job` only, its ledger kept in site-<k>/state."""
     from dpmed.xcal.flower.policy import SitePolicy
@@ -228,7 +230,7 @@ def site_configs(job: JobContext, work: Path, secret_seeds: bool = False) -> lis
         SitePolicy.for_job(job).write(site / "policy.json")
         configs.append(
             node_config(
-                k, n_clients, job.processed_dir, site / "policy.json", site / "state", secret_seeds
+                k, n_clients, job.processed_dir, site / "policy.json", site / "state", seeded
             )
         )
     return configs
@@ -286,7 +288,7 @@ def deploy(
     jobs: Sequence[JobContext],
     work: Path,
     round_timeout: float = 600.0,
-    secret_seeds: bool = False,
+    seeded: bool = False,
     run_timeout: float = 3600.0,
 ) -> dict[str, Any]:
     """Run `jobs` at once, each on its own local federation (a SuperLink and K SuperNodes with
@@ -308,7 +310,7 @@ def deploy(
                     folder = work / f"job-{i + 1}"
                     federation = local_federation(
                         folder,
-                        site_configs(job, folder, secret_seeds),
+                        site_configs(job, folder, seeded),
                         label=f"{folder.name}/",
                         on_start=record.processes.append,
                     )
@@ -449,13 +451,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--device", default="cpu", help="torch device of the server (cpu)")
     parser.add_argument("--round-timeout", type=float, default=600.0, help="s per round")
-    parser.add_argument(
-        "--secret-seeds", action="store_true", help="clients seed from OS entropy (no replay)"
-    )
+    fp.add_seeded_flag(parser)
     args = parser.parse_args(argv)
     jobs = xcal_jobs(args.config, args.run, args.processed, args.out, args.device)
     try:
-        record = deploy(jobs, args.out / "flower", args.round_timeout, args.secret_seeds)
+        record = deploy(jobs, args.out / "flower", args.round_timeout, args.seeded)
     except fp.FederationProcessError as exc:  # processes stopped, processes.json written
         print(f"stopped: {exc}; record in {args.out / 'flower'}", file=sys.stderr)
         raise SystemExit(128 + exc.signum if isinstance(exc, fp.Terminated) else 1) from None
