@@ -33,12 +33,13 @@ from typing import Any
 
 import yaml
 
-from dpmed.config.checks import REPO, check_config, load_configs
+from dpmed.config.checks import check_config, load_configs
 from dpmed.config.grid import job_seed
 from dpmed.data.stage import preprocess, synthesize
 from dpmed.privacy.audit.runs import audit_cell
 from dpmed.runtime import JobContext
 
+REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "config" / "smoke.yaml"
 SEG = {"optimizer": "sgd", "lr": 0.05, "epochs": 40, "width": 4, "depth": 2, "batch_size": 32}
 XCAL = {"rounds": 3, "local_epochs": 1, "batch_size": 64, "clients_per_round": 3}

@@ -1,12 +1,13 @@
 """Where this workflow's files and library come from (included first by the Snakefile, which sets
 `_SOURCE`, its own folder or versioned source): `dpmed_source` / `dpmed_file` name a file of
-the workflow, and the library goes first on the path (a checkout's src/) or must be installed at
-the workflow's own version (a versioned source)."""
+the workflow, and the library goes first on the path (a checkout's src/) or must be installed
+from the workflow's own commit (a versioned source)."""
 
 import os
 import posixpath
+import runpy
+import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 from snakemake.sourcecache import HostingProviderFile, LocalGitFile
@@ -34,12 +35,34 @@ def dpmed_file(path):
 
 
 def _pip_source():
-    """What `pip install` takes for the library at the version this Snakefile comes from."""
+    """What `pip install` takes for the library of the git source this Snakefile comes from."""
     if isinstance(_SOURCE, LocalGitFile):
         return f"git+file://{_SOURCE.repo_path}@{_SOURCE.ref}"
-    if isinstance(_SOURCE, HostingProviderFile):
-        return f"git+https://{_SOURCE.host or 'github.com'}/{_SOURCE.repo}@{_SOURCE.ref}"
-    return f"the dpmed repository at {_SOURCE}"
+    return f"git+https://{_SOURCE.host or 'github.com'}/{_SOURCE.repo}@{_SOURCE.ref}"
+
+
+def _source_commit():
+    """(the full hash of the commit this Snakefile is read from, the git tags on it)."""
+    if isinstance(_SOURCE, LocalGitFile):
+        repo = _SOURCE.repo_path
+    elif isinstance(_SOURCE, HostingProviderFile):
+        repo = _SOURCE.hosted_repo.repo_clone  # Snakemake's bare clone, which it reads files from
+    else:
+        raise WorkflowError(
+            f"cannot tell which dpmed commit the workflow at {_SOURCE} is: use a checkout (its "
+            "src/ runs) or a git source at a tag or commit (docs/cluster.md)"
+        )
+    git = ["git", "-C", str(repo)]
+    commit = subprocess.run(
+        [*git, "rev-parse", "--verify", f"{_SOURCE.ref}^{{commit}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    tags = subprocess.run(
+        [*git, "tag", "--points-at", commit], capture_output=True, text=True, check=True
+    ).stdout.split()
+    return commit, tags
 
 
 if DPMED_ROOT and (DPMED_ROOT / "src" / "dpmed").is_dir():
@@ -56,17 +79,18 @@ if DPMED_ROOT and (DPMED_ROOT / "src" / "dpmed").is_dir():
     )
 else:
     # A versioned source has no src/ to import: the deploying workflow installs the library at
-    # the same tag (docs/cluster.md), and it must be the version this Snakefile's rules expect.
-    with open(dpmed_file("pyproject.toml"), "rb") as _stream:
-        _WANTED = tomllib.load(_stream)["project"]["version"]
+    # the same tag or commit (docs/cluster.md), and it must hold this commit's code. The
+    # comparison is this workflow's own (dpmed.install.built_from, read from its source).
+    _built_from = runpy.run_path(str(dpmed_file("src/dpmed/install.py")))["built_from"]
+    _COMMIT, _TAGS = _source_commit()
     try:
         import dpmed
 
         _FOUND = f"{dpmed.__version__} in {Path(dpmed.__file__).parent}"
     except ImportError:
         _FOUND = None
-    if _FOUND is None or dpmed.__version__ != _WANTED:
+    if _FOUND is None or not _built_from(dpmed.__version__, _COMMIT, _TAGS):
         raise WorkflowError(
-            f"this dpmed workflow needs the dpmed library {_WANTED} of its own tag (found "
-            f'{_FOUND or "none"}): pip install "{_pip_source()}"'
+            f"this dpmed workflow ({_SOURCE.ref}, commit {_COMMIT[:12]}) needs the dpmed library "
+            f'built from that commit (found {_FOUND or "none"}): pip install "{_pip_source()}"'
         )

@@ -13,7 +13,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ import dpmed
 from dpmed.config.checks import check_config, load_configs
 from dpmed.studies import STUDIES
 
+GIT = ["git", "-c", "user.name=dpmed-test", "-c", "user.email=test@dpmed.invalid"]
 MODULE_SNAKEFILE = """\
 configfile: "{config}"
 
@@ -61,9 +61,9 @@ def test_one_smoke_cell_runs_through_the_workflow_used_as_a_module(tmp_path):
     assert not (REPO / "results" / run.path).exists()
 
 
-def tagged_snapshot(clone: Path, tag: str, version: str) -> None:
+def tagged_snapshot(clone: Path, tag: str) -> None:
     """A git repository at `clone` holding this checkout as it is now (tracked and untracked,
-    not ignored, files) with the library's version set to `version`, committed and tagged."""
+    not ignored, files), committed and tagged."""
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=REPO, capture_output=True, text=True, check=True,
@@ -72,18 +72,8 @@ def tagged_snapshot(clone: Path, tag: str, version: str) -> None:
         if (REPO / name).is_file():  # a tracked file deleted in the work tree is left out
             (clone / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, clone / name)
-    current = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-    for name, line in [
-        ("pyproject.toml", "version = {}"),
-        ("src/dpmed/__init__.py", "__version__ = {}"),
-    ]:
-        file = clone / name
-        text = file.read_text()
-        assert line.format(f'"{current}"') in text
-        file.write_text(text.replace(line.format(f'"{current}"'), line.format(f'"{version}"')))
-    git = ["git", "-c", "user.name=dpmed-test", "-c", "user.email=test@dpmed.invalid"]
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "snapshot"], ["tag", tag]):
-        subprocess.run([*git, *args], cwd=clone, check=True)
+        subprocess.run([*GIT, *args], cwd=clone, check=True)
 
 
 def planned_jobs(dry_run_output: str) -> dict[str, int]:
@@ -92,19 +82,22 @@ def planned_jobs(dry_run_output: str) -> dict[str, int]:
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\S+)\s+(\d+)$", table, re.MULTILINE)}
 
 
+def module_snakefile(folder: Path, snakefile: str) -> Path:
+    """`folder` made a deploying workflow that uses dpmed's Snakefile `snakefile` as a module."""
+    folder.mkdir()
+    (folder / "Snakefile").write_text(
+        MODULE_SNAKEFILE.format(config=SMOKE_CONFIG, snakefile=snakefile)
+    )
+    return folder
+
+
 @pytest.mark.slow
 def test_the_workflow_deploys_as_a_module_from_a_git_tag_with_the_library_of_that_tag(tmp_path):
     clone, site = tmp_path / "dpmed-clone", tmp_path / "site-packages"
-    tag, version = "v0-test", "0.0.0+v0test"  # a version no other dpmed on the path has
-    tagged_snapshot(clone, tag, version)
-    deploying = tmp_path / "my-analysis"
-    deploying.mkdir()
-    (deploying / "Snakefile").write_text(
-        MODULE_SNAKEFILE.format(
-            config=SMOKE_CONFIG, snakefile=f"git+file://{clone}/Snakefile@{tag}"
-        )
-    )
-    # Offline: pip clones the tag and builds with this environment's setuptools.
+    tag, version = "v0.0.1", "0.0.1"  # a version no other dpmed on the path has
+    tagged_snapshot(clone, tag)
+    deploying = module_snakefile(tmp_path / "my-analysis", f"git+file://{clone}/Snakefile@{tag}")
+    # Offline: pip clones the tag and builds with this environment's setuptools(-scm).
     pip_source = f"git+file://{clone}@{tag}"
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
     # Snakemake 9.27.1 cannot join a `script:` path to a git+file rule folder when it checks
@@ -116,14 +109,20 @@ def test_the_workflow_deploys_as_a_module_from_a_git_tag_with_the_library_of_tha
     subprocess.run([*pip, "--target", str(site), pip_source], check=True)
     env = {**os.environ, "PYTHONPATH": str(site)}
     planned = subprocess.run(dry_run, cwd=deploying, env=env, capture_output=True, text=True)
+    # the workflow one commit later, with the tag's library
+    (clone / "README.md").write_text((clone / "README.md").read_text() + "\nA later commit.\n")
+    subprocess.run([*GIT, "commit", "-qam", "later"], cwd=clone, check=True)
+    later = subprocess.run([*GIT, "rev-parse", "HEAD"], cwd=clone, capture_output=True,
+                           text=True, check=True).stdout.strip()  # fmt: skip
+    moved = module_snakefile(tmp_path / "later", f"git+file://{clone}/Snakefile@{later}")
+    refused = subprocess.run(dry_run, cwd=moved, env=env, capture_output=True, text=True)
 
-    # this checkout's dpmed (another version) is not taken for the tag's: the message says
+    # this checkout's dpmed (another commit) is not taken for the tag's: the message says
     # which library to install
     assert missing.returncode != 0
     message = missing.stdout + missing.stderr
-    assert (
-        f"needs the dpmed library {version} of its own tag (found {dpmed.__version__} in "
-        in message
+    assert f"needs the dpmed library built from that commit (found {dpmed.__version__} in " in (
+        message
     )
     assert f'pip install "{pip_source}"' in message
     assert planned.returncode == 0, planned.stderr[-4000:]
@@ -134,3 +133,9 @@ def test_the_workflow_deploys_as_a_module_from_a_git_tag_with_the_library_of_tha
     }
     assert jobs["dpmed_all"] == 1
     assert not (deploying / "results").exists()  # a dry run
+    # the tag's library is refused by the workflow of the next commit, naming both
+    assert refused.returncode != 0
+    message = refused.stdout + refused.stderr
+    assert f"commit {later[:12]}) needs the dpmed library built from that commit" in message
+    assert f"(found {version} in {site / 'dpmed'})" in message
+    assert f'pip install "git+file://{clone}@{later}"' in message

@@ -17,10 +17,10 @@ import re
 import pandas as pd
 import pytest
 import yaml
-from conftest import run_snakemake
+from conftest import REPO, run_snakemake
 
 from dpmed import job_cost
-from dpmed.config.checks import REPO, check_config, load_configs
+from dpmed.config.checks import check_config, load_configs
 from dpmed.config.wildcards import parse_eps
 from dpmed.preflight.calibrate import calibrate
 from dpmed.preflight.cells import (

@@ -139,9 +139,10 @@ def test_checking_audit_settings_loads_neither_torch_nor_opacus():
     twice) is not loaded."""
     code = (
         "import logging\n"
-        "from dpmed.config.checks import REPO, check_config, load_configs\n"
-        "config = load_configs([REPO / 'config' / 'smoke.yaml'])\n"
-        "check_config(config, REPO / 'config' / 'schema.yaml')\n"
+        "from dpmed.config.checks import check_config, load_configs\n"
+        "from dpmed.install import workflow_file\n"
+        "config = load_configs([workflow_file('config/smoke.yaml')])\n"
+        "check_config(config, workflow_file('config/schema.yaml'))\n"
         "import sys\n"
         "loaded = [m in sys.modules for m in ('opacus', 'torch')]\n"
         "print(len(logging.getLogger().handlers), *loaded)\n"

@@ -359,3 +359,23 @@ def test_a_non_private_reference_that_did_not_learn_is_grey_and_says_so(tmp_path
     assert reference.get_label().endswith("did not learn)")
     assert reference.get_color() == "dimgrey"
     plt.close(fig)
+
+
+def test_a_figure_title_drawn_over_a_panel_title_is_refused(tmp_path):
+    """A two-line figure title without room overlapped the panel titles (seg Figs. 3-5, 9,
+    fets Fig. 3): save_figure names them; with the layout made, the figure saves."""
+    from dpmed.report.style import save_figure
+
+    for layout in (False, True):
+        fig, axes = plt.subplots(1, 2, figsize=(6, 3))
+        for ax, name in zip(axes, ("UNet++", "UNet"), strict=True):
+            ax.plot([0, 1], [0, 1])
+            ax.set_title(name)
+        fig.suptitle("a figure title as wide as the figure, over both panels\nand a second line")
+        if layout:
+            fig.tight_layout()
+            save_figure(fig, tmp_path / "f.png")
+            assert (tmp_path / "f.png").exists()
+        else:
+            with pytest.raises(ValueError, match=r"overlaps the panel title\(s\) \['UNet\+\+'"):
+                save_figure(fig, tmp_path / "f.png")

@@ -344,15 +344,15 @@ def job_groups() -> tuple[dict[str, str], dict[str, int]]:
 
     import yaml
 
-    from dpmed.config.checks import REPO
+    from dpmed.install import workflow_file
 
     rules = {}
-    for path in sorted((REPO / "rules").glob("*.smk")):
+    for path in sorted(workflow_file("rules").glob("*.smk")):
         for block in re.split(r"^(?=rule \w+:)", path.read_text(), flags=re.M):
             found = re.match(r"rule (\w+):(?:.|\n)*?^\s+group:\s*\n?\s*\"(\w+)\"", block, re.M)
             if found:
                 rules[found[1]] = found[2]
-    profile = yaml.safe_load((REPO / "profiles" / "default" / "config.yaml").read_text())
+    profile = yaml.safe_load(workflow_file("profiles/default/config.yaml").read_text())
     sizes = dict(item.split("=") for item in profile.get("group-components", []))
     return rules, {group: int(n) for group, n in sizes.items()}
 

@@ -17,6 +17,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from dpmed.install import workflow_file
+
 PLACEHOLDER = re.compile(r"<[a-z][a-z-]*>")
 # Command-line option → the placeholder it fills.
 OPTIONS = {"account": "<account>", "cpu_partition": "<cpu-partition>",
@@ -58,7 +60,7 @@ def _uncommented(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--template", type=Path, default=Path("profiles/slurm-template"))
+    parser.add_argument("--template", type=Path, default=workflow_file("profiles/slurm-template"))
     parser.add_argument(
         "--dest", type=Path, default=None, help="default: " + str(user_profile_dir())
     )

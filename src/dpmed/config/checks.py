@@ -30,10 +30,10 @@ from dpmed.config.study import StudySpec
 from dpmed.data.registry import DATASET_REGISTRY
 from dpmed.data.splits import split_counts
 from dpmed.errors import ConfigError
+from dpmed.install import workflow_file
 from dpmed.sizing import sized_rules
 from dpmed.studies import STUDIES
 
-REPO = Path(__file__).resolve().parents[3]
 SPLITS = ("train", "val", "test")
 # The only numbers that may be infinite: the items of an ε list (`eps: [inf]`, a non-private
 # run; schema `$defs/eps`).
@@ -380,7 +380,7 @@ def load_configs(paths: Sequence[str | Path]) -> dict[str, Any]:
     from snakemake.utils import update_config
 
     config: dict[str, Any] = {}
-    for path in paths or [REPO / "config" / "config.yaml"]:
+    for path in paths or [workflow_file("config/config.yaml")]:
         update_config(config, load_config_file(path))
     return config
 
@@ -397,7 +397,7 @@ def config_files(module: str, doc: str | None, argv: Sequence[str] | None) -> li
     )
     parser.add_argument("files", nargs="*", metavar="FILE", help="config files, merged in order")
     files = parser.parse_args(argv).files
-    return files or [str(REPO / "config" / "config.yaml")]
+    return files or [str(workflow_file("config/config.yaml"))]
 
 
 def checked_configs(
@@ -410,7 +410,7 @@ def checked_configs(
     paths = config_files(module, doc, argv)
     try:
         config = load_configs(paths)
-        grid = check_config(config, REPO / "config" / "schema.yaml", paths)
+        grid = check_config(config, workflow_file("config/schema.yaml"), paths)
     except (ValueError, WorkflowError) as err:  # ConfigError is a ValueError
         sys.exit(str(err))
     return paths, config, grid

@@ -58,7 +58,7 @@ import pandas as pd
 import yaml
 
 from dpmed import federation_processes as fp
-from dpmed.config.checks import REPO, check_config, load_configs
+from dpmed.config.checks import check_config, load_configs
 from dpmed.config.grid import common_seed, job_seed
 from dpmed.config.wildcards import parse_eps
 from dpmed.data import fets
@@ -68,10 +68,11 @@ from dpmed.fets import privacy
 from dpmed.fets.brats import LABEL_VALUES
 from dpmed.fets.grid import aggregator_name
 from dpmed.fets.server import ServerConfig
+from dpmed.install import workflow_file
 from dpmed.io import write_csv, write_json
 from dpmed.runtime import Progress
 
-TEMPLATE = REPO / "deploy" / "openfl"
+TEMPLATE = workflow_file("deploy/openfl")
 ENGINE = "OpenFL 1.9 (TaskRunner API, gRPC)"
 TASK_RUNNER_KEYS = ("base_filters", "depth", "norm", "local_epochs", "lr", "batch_size",
                     "patch_size", "patches_per_subject", "hd95")  # fmt: skip
@@ -362,7 +363,7 @@ def checked_settings(config: Mapping[str, Any], sets: Sequence[tuple[str, Any]],
         raise ConfigError("--seed", f"got {seed!r}; the seed wildcard is an integer >= 0")
     cell = {"aggregators": ["dp_simagg"], "dpmodes": [dpmode], "eps": [eps0], "seeds": [int(seed)]}
     config["fets"]["grid"] = [*config["fets"]["grid"], cell]
-    check_config(config, REPO / "config" / "schema.yaml", files)
+    check_config(config, workflow_file("config/schema.yaml"), files)
     return config["fets"]["defaults"]
 
 
@@ -395,7 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--processed", type=Path, help="processed FeTS folder (default: the "
                         "config's synthetic FeTS data, generated under OUT/data)")  # fmt: skip
     parser.add_argument("--partitions", default="1,2,3", help="partition ids, one site each")
-    parser.add_argument("--config", type=Path, default=REPO / "config" / "smoke.yaml",
+    parser.add_argument("--config", type=Path, default=workflow_file("config/smoke.yaml"),
                         help="dpmed config: fets.defaults and data.fets")  # fmt: skip
     parser.add_argument("--set", type=_value, action="append", default=[], metavar="KEY=VALUE",
                         help="override a fets parameter, e.g. rounds=2")  # fmt: skip

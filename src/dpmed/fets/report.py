@@ -280,6 +280,7 @@ def figure3(
     )
     fig.suptitle(f"Collaborator selection, K={n_collaborators}, rho={participation}, "
                  "grey = window padding from the next permutation", fontsize=10)  # fmt: skip
+    fig.tight_layout()  # the title clear of the two-line panel titles
     save_figure(fig, png_path)
 
 

@@ -370,11 +370,12 @@ def projected(
 def main(argv: Sequence[str] | None = None) -> int:
     """Probe the grid the config files give, write the tables and the figure; 1 when any
     cell failed."""
-    from dpmed.config.checks import REPO, check_config, load_configs
+    from dpmed.config.checks import check_config, load_configs
+    from dpmed.install import workflow_file
 
     args = parse_args(argv)
     config = load_configs(args.config)
-    grid = check_config(config, REPO / "config" / "schema.yaml")
+    grid = check_config(config, workflow_file("config/schema.yaml"))
     failed = run_preflight(config, grid, args.out, sample=args.sample, studies=args.studies,
                            steps=args.steps, timeout=args.timeout)  # fmt: skip
     return 1 if len(failed) else 0

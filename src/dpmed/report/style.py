@@ -68,6 +68,10 @@ def save_figure(fig: plt.Figure, png_path: str | Path, dpi: int = 120) -> None:
             f"{png_path.name}: empty panel(s) {empty} (nothing drawn, or only hidden "
             "artists); drop them or say why"
         )
+    crowded = _overlapping_titles(fig)
+    if crowded:
+        plt.close(fig)
+        raise ValueError(f"{png_path.name}: the figure title overlaps the panel title(s) {crowded}")
     legends = [ax for ax in fig.axes if fig.legends or ax.get_legend() is not None]
     hidden = [pair for ax in legends for pair in hidden_series(ax)]
     if hidden:
@@ -87,6 +91,19 @@ def save_figure(fig: plt.Figure, png_path: str | Path, dpi: int = 120) -> None:
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=fmt, dpi=dpi, metadata=metadata, bbox_inches="tight")
     plt.close(fig)
+
+
+def _overlapping_titles(fig: plt.Figure) -> list[str]:
+    """The panel titles (and seed notes) that the figure's title (`suptitle`) is drawn over."""
+    title = fig._suptitle  # matplotlib keeps no public handle on it
+    if title is None or not title.get_text():
+        return []
+    fig.draw_without_rendering()  # titles take their final place only when drawn
+    renderer = fig.canvas.get_renderer()
+    box = title.get_window_extent(renderer)
+    texts = [t for ax in fig.axes for t in (ax.title, *ax.texts) if t.get_text()
+             and (t is ax.title or t.get_gid() == "seed-note")]  # fmt: skip
+    return [t.get_text() for t in texts if box.overlaps(t.get_window_extent(renderer))]
 
 
 def _shows(artist: Artist) -> bool:
@@ -191,8 +208,8 @@ def note_seeds(
     ax: plt.Axes, xs: Sequence[float], ys: Sequence[float], counts: Sequence[int]
 ) -> None:
     """State the evidence of the points (x, y) drawn from k < `MIN_SEEDS` seeds, which
-    `dpmed.report.intervals.shown_interval` gives no interval: one note in the panel's upper
-    left corner ("no interval: n = 1 seed per point"), kept up to date over calls for one
+    `dpmed.report.intervals.shown_interval` gives no interval: one note above the panel's upper
+    right corner ("no interval: n = 1 seed per point"), kept up to date over calls for one
     panel, and "n = k" beside each point only where the panel's counts differ, so labels never
     pile up on a panel of one-seed points."""
     few = [(x, y, n) for x, y, n in zip(xs, ys, counts, strict=True)
@@ -203,8 +220,8 @@ def note_seeds(
     seen = sorted({int(n) for *_, n in few} | set(getattr(note, "seed_counts", ())))
     words = " or ".join(map(str, seen))
     text = f"no interval: n = {words} seed{'s' * (seen != [1])} per point (< {MIN_SEEDS})"
-    if note is None:
-        note = ax.text(0.01, 0.99, text, transform=ax.transAxes, ha="left", va="top",
+    if note is None:  # above the frame's right end: clear of the data, legend and title
+        note = ax.text(1.0, 1.01, text, transform=ax.transAxes, ha="right", va="bottom",
                        fontsize=6, color="dimgrey", gid="seed-note")  # fmt: skip
     note.set_text(text)
     note.seed_counts = seen

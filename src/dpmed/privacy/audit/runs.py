@@ -66,8 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     the config gives its training job; writes DIR/audit.json and prints its summary."""
     import argparse
 
-    from dpmed.config.checks import REPO, check_config, load_configs
+    from dpmed.config.checks import check_config, load_configs
     from dpmed.config.grid import job_seed, wildcards_from_path
+    from dpmed.install import workflow_file
 
     parser = argparse.ArgumentParser(prog="python -m dpmed.privacy.audit.runs")
     parser.add_argument("run", help="the cell's run folder, as its training rule names it")
@@ -81,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="folder for audit.json")
     args = parser.parse_args(argv)
     config = load_configs(args.config)
-    grid = check_config(config, REPO / "config" / "schema.yaml")
+    grid = check_config(config, workflow_file("config/schema.yaml"))
     wildcards = wildcards_from_path(args.study, args.run)
     # fets cells have no dataset wildcard: their data is data/processed/fets
     processed = args.processed or f"data/processed/{wildcards.get('dataset', args.study)}"

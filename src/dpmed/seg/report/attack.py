@@ -171,6 +171,7 @@ def attack_figure(runs: pd.DataFrame, png_path: str | Path) -> None:
         f"calibrated threshold, mean; diamonds: mean AUC)\n{INTERVAL_METHOD}",
         fontsize=9,
     )
+    fig.subplots_adjust(top=0.8)  # the two-line title clear of the panel titles
     save_figure(fig, png_path)
 
 

@@ -221,6 +221,7 @@ def clipping_figure(
         f"{dataset}: clipping strategies with and without DP-Morph "
         f"(test set, mean;\n{INTERVAL_METHOD})"
     )
+    fig.tight_layout()  # the two-line title clear of the panel titles
     save_figure(fig, png_path)
 
 

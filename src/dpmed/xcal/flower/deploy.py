@@ -39,14 +39,14 @@ from pathlib import Path
 from typing import Any
 
 from dpmed import federation_processes as fp
+from dpmed.install import workflow_file
 from dpmed.io import write_json
 from dpmed.runtime import JobContext
 from dpmed.xcal.flower import PROGRESS_LABEL
 from dpmed.xcal.outputs import RUN_FILES
 
-REPO = Path(__file__).resolve().parents[4]
-APP_DIR = REPO / "deploy" / "flower"
-SMOKE_CONFIG = REPO / "config" / "smoke.yaml"
+APP_DIR = workflow_file("deploy/flower")
+SMOKE_CONFIG = workflow_file("config/smoke.yaml")
 SMOKE_RUNS = [
     f"results/xcal/bloodmnist/resnet18/{method}/iid/c3/eps5/seed0" for method in ("xcal", "static")
 ]
@@ -79,13 +79,19 @@ class LocalFederation:
     def processes(self) -> list[fp.Process]:
         return [self.superlink, *self.supernodes, *self.runs]
 
-    def start_run(
-        self, job_file: Path, round_timeout: float, connect_timeout: float, app: Path = APP_DIR
-    ) -> fp.Process:
+    def app(self) -> Path:
+        """The Flower app (deploy/flower) copied into `work`: `flwr run` writes a .flwr folder
+        beside the app it runs, which an installed dpmed's own folder may not allow."""
+        app = self.work / "app"
+        if not app.is_dir():
+            shutil.copytree(APP_DIR, app, ignore=shutil.ignore_patterns(".flwr"))
+        return app
+
+    def start_run(self, job_file: Path, round_timeout: float, connect_timeout: float) -> fp.Process:
         """Start `flwr run --stream` of the xcal app on `job_file` (it ends with the run)."""
         config = f"job='{job_file}' round-timeout={round_timeout} connect-timeout={connect_timeout}"
         cmd = [
-            str(BIN / "flwr"), "run", str(app), FEDERATION, "--stream",
+            str(BIN / "flwr"), "run", str(self.app()), FEDERATION, "--stream",
             "--run-config", config,
             "--federation-config", f"address='{self.control_address}' insecure=true",
         ]  # fmt: skip
@@ -95,13 +101,14 @@ class LocalFederation:
         self.on_start(proc)
         return proc
 
-    def run_status(self, run: fp.Process, app: Path = APP_DIR) -> str:
+    def run_status(self, run: fp.Process) -> str:
         """The Flower status of the run `run` started, e.g. "finished:completed"; raises
         FederationProcessError naming the SuperLink when it cannot tell (SuperLink gone,
         unreadable `flwr ls` output)."""
         run_id = fp.wait_for_line(run, r"started run (\d+)", READY_TIMEOUT).group(1)
         cmd = [
-            str(BIN / "flwr"), "ls", str(app), FEDERATION, "--run-id", run_id, "--format", "json",
+            str(BIN / "flwr"), "ls", str(self.app()), FEDERATION, "--run-id", run_id,
+            "--format", "json",
             "--federation-config", f"address='{self.control_address}' insecure=true",
         ]  # fmt: skip
         result = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=60)
@@ -398,7 +405,7 @@ def xcal_jobs(
     from dpmed.config.grid import job_seed, wildcards_from_path
 
     config = load_configs(config_files)
-    grid = check_config(config, REPO / "config" / "schema.yaml", config_files)
+    grid = check_config(config, workflow_file("config/schema.yaml"), config_files)
     wildcards = [wildcards_from_path("xcal", run) for run in runs]
     if processed is None:
         processed = synthetic_data(config, {wc["dataset"] for wc in wildcards}, out / "data")
