@@ -45,8 +45,8 @@ def test_paper_grid_sizes_match_hand_count():
     assert len(grid.jobs("seg")) == duke + umn + covid + table2 + sound + fig2 == 1196
     # fets: simagg, dp_simagg {paper, sound} × {1, 10}, fedavg, dp_fedavg sound × {1, 10};
     # + the sweep: simagg, fedavg, dp_simagg {paper, sound} and dp_fedavg sound × 4 eps0, at
-    # 4 participations; three seeds each.
-    assert len(grid.jobs("fets")) == (1 + 4 + 1 + 2 + 4 * (2 + 3 * 4)) * 3
+    # 4 participations; six seeds for the plain cells (the power plan), three for the sweep.
+    assert len(grid.jobs("fets")) == (1 + 4 + 1 + 2) * 6 + 4 * (2 + 3 * 4) * 3
     # xcal: 126 main (with the random-σ_t control) + 12 centralized + 54 clients×shift + 96
     # ablation (7 presets and the control) + 12 at the paper's operating point (xcal-paper),
     # minus the 6 + 24 cells that blocks 3 and 4 share with block 1; three seeds each.
