@@ -97,6 +97,7 @@ rule claims:
         measured_cells=reported(
             "results/measured/claims_measured_cells", TAB, "claims_cells", CLAIMS_CAT, "measured"
         ),
+        measured_pairs="results/measured/claims_measured_pairs.csv",
     params:
         readers={study: source.reader for study, source in CLAIM_SOURCES.items()},
         config_name=" + ".join(Path(path).name for path in CONFIG_FILES),

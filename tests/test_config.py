@@ -63,10 +63,10 @@ def test_smoke_grid_covers_every_value(smoke):
     # fets: fedavg, simagg at inf; dp_simagg {paper, sound} and dp_fedavg sound at eps0 {1, 10};
     # the sweep at 2 participations: fedavg at inf, dp_fedavg at 2 eps0, dp_simagg sound at 1.
     assert len(grid.jobs("fets")) == 2 + 4 + 2 + 2 * (1 + 2 + 1)
-    # xcal: nondp at inf on each dataset; bloodmnist static/agp/agp-dp/xcal/xcal-random at 5;
-    # pneumoniamnist centralized c1 and xcal-logit c3; dermamnist static {label, covariate} ×
-    # {3, 5} clients.
-    assert len(grid.jobs("xcal")) == 3 + 5 + 2 + 4
+    # xcal: nondp at inf on each dataset; bloodmnist static/agp/agp-dp/xcal/xcal-paper/
+    # xcal-random at 5; pneumoniamnist centralized c1 and xcal-logit c3; dermamnist static
+    # {label, covariate} × {3, 5} clients.
+    assert len(grid.jobs("xcal")) == 3 + 6 + 2 + 4
     seen = {
         (study, key, value)
         for study in ("seg", "fets", "xcal")

@@ -240,7 +240,7 @@ def checker(*paths) -> subprocess.CompletedProcess:
 
 def test_config_checker_runs_the_full_check(smoke, tmp_path):
     ok = checker(SMOKE_CONFIG)
-    assert ok.returncode == 0 and "seg 30 jobs" in ok.stdout, ok.stdout + ok.stderr
+    assert ok.returncode == 0 and "seg 33 jobs" in ok.stdout, ok.stdout + ok.stderr
     smoke["data"]["duke"]["split"] = [0.8, 0.2, 0.0]
     path = tmp_path / "zero_test.yaml"
     path.write_text(yaml.safe_dump(smoke))

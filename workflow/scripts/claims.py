@@ -1,7 +1,8 @@
 """Rule claims (`dpmed.report.claims`): results/tables/claims.csv (+ .md, .html), one verdict
 per paper claim; claims_cells, the per-cell evidence behind it; claims_pairs.csv, the paired
 seeds the power planner reads; claims_counts, the claims counted per paper and verdict (the
-report front page); and results/measured/claims_measured (+ _cells), the wall-clock claims."""
+report front page); and results/measured/claims_measured (+ _cells, _pairs), the wall-clock
+claims."""
 
 from dpmed.logs import log_to
 from dpmed.report.claims import claims_tables, study_claims, verdict_counts
@@ -27,6 +28,7 @@ with log_to(smk.log[0]):
     write_table(tables.claims, smk.output.claims[0], links="evidence")
     write_table(tables.cells, smk.output.cells[0], links="evidence")
     tables.pairs.to_csv(smk.output.pairs, index=False)
+    tables.measured_pairs.to_csv(smk.output.measured_pairs, index=False)
     counts = verdict_counts(tables.claims, tables.cells, smk.params.config_name)
     counts.insert(2, "scale", SCALE["tag"] or "real data")
     write_table(counts, smk.output.counts[0])

@@ -453,15 +453,16 @@ def study_claims(
 
 @dataclass(frozen=True)
 class ClaimsTables:
-    """A run's claims: per claim (`CLAIM_COLUMNS`) and per claim and cell (`COLUMNS`), for the
-    paper's metrics and apart for its wall-clock ones, and the paired observations
-    (`OBSERVATION_COLUMNS` with `study`: what the power planner reads)."""
+    """A run's claims: per claim (`CLAIM_COLUMNS`) and per claim and cell (`COLUMNS`), and the
+    paired observations (`OBSERVATION_COLUMNS` with `study`: what the power planner reads), for
+    the paper's metrics and apart for its wall-clock ones (not byte-identical between runs)."""
 
     claims: pd.DataFrame
     cells: pd.DataFrame
     measured: pd.DataFrame
     measured_cells: pd.DataFrame
     pairs: pd.DataFrame
+    measured_pairs: pd.DataFrame
 
 
 def claims_tables(
@@ -470,19 +471,23 @@ def claims_tables(
     """`evaluate` and `claim_verdicts` per study and kind (measured or not), in study order,
     linking the report files among `shown`."""
     parts: dict[str, list[pd.DataFrame]] = {"claims": [], "cells": [], "measured": [],
-                                            "measured_cells": [], "pairs": []}  # fmt: skip
+                                            "measured_cells": [], "pairs": [],
+                                            "measured_pairs": []}  # fmt: skip
     for study, (claims, frame) in studies.items():
-        parts["pairs"].append(frame.assign(study=study))
-        for measured, name, cell_name in ((False, "claims", "cells"),
-                                          (True, "measured", "measured_cells")):  # fmt: skip
+        for measured, name, cell_name, pair_name in (
+            (False, "claims", "cells", "pairs"),
+            (True, "measured", "measured_cells", "measured_pairs"),
+        ):
             kind = [c for c in claims if c.measured == measured]
             if kind:
                 mine = frame[frame["claim"].isin({c.id for c in kind})]
                 cells = evaluate(study, kind, mine, shown)
                 parts[name].append(claim_verdicts(kind, cells))
                 parts[cell_name].append(cells)
+                parts[pair_name].append(mine.assign(study=study))
+    pairs = ["study", *OBSERVATION_COLUMNS]
     columns = {"claims": CLAIM_COLUMNS, "measured": CLAIM_COLUMNS, "cells": COLUMNS,
-               "measured_cells": COLUMNS, "pairs": ["study", *OBSERVATION_COLUMNS]}  # fmt: skip
+               "measured_cells": COLUMNS, "pairs": pairs, "measured_pairs": pairs}  # fmt: skip
     return ClaimsTables(**{
         name: pd.concat(frames, ignore_index=True)[columns[name]] if frames
         else pd.DataFrame(columns=columns[name])
