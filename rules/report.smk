@@ -86,7 +86,7 @@ rule claims:
         cells=reported(
             "results/tables/claims_cells", TAB, "claims_cells", CLAIMS_CAT, "paper claims"
         ),
-        pairs="results/tables/claims_pairs.csv",
+        pairs=[f"results/tables/claims_pairs{ext}" for ext in TAB],
         # the claims counted per paper and verdict: the report front page shows this table
         counts=reported(
             "results/tables/claims_counts", TAB, "claims_counts", CLAIMS_CAT, "paper claims"
@@ -119,7 +119,7 @@ rule claims:
 # the paper config's grid (dpmed.report.power), from this run's paired differences.
 rule power_plan:
     input:
-        pairs=rules.claims.output.pairs,
+        pairs=rules.claims.output.pairs[0],
     output:
         reported("results/tables/power_plan", TAB, "power_plan", CLAIMS_CAT, "power plan"),
     params:

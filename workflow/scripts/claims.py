@@ -27,7 +27,7 @@ with log_to(smk.log[0]):
         frame.insert(3, "scale", SCALE["tag"] or "real data")
     write_table(tables.claims, smk.output.claims[0], links="evidence")
     write_table(tables.cells, smk.output.cells[0], links="evidence")
-    tables.pairs.to_csv(smk.output.pairs, index=False)
+    write_table(tables.pairs, smk.output.pairs[0])
     tables.measured_pairs.to_csv(smk.output.measured_pairs, index=False)
     counts = verdict_counts(tables.claims, tables.cells, smk.params.config_name)
     counts.insert(2, "scale", SCALE["tag"] or "real data")
