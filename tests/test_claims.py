@@ -281,6 +281,14 @@ def test_the_captions_state_the_constants_the_code_uses():
 
     claims = (REPO / "workflow/report/claims.rst").read_text()
     measured = (REPO / "workflow/report/claims_measured.rst").read_text()
+    from dpmed.report.power import POWER
+
+    plan = (REPO / "workflow/report/power_plan.rst").read_text()
+    running = (REPO / "docs/running.md").read_text()
+    assert f"level`` of its test ({ALPHA:g}" in plan
+    assert f"{POWER:.0%}".replace("%", " %") + " power at the claim's corrected level, " + (
+        f"{ALPHA:g} divided"
+    ) in running.replace("\n  ", " ")
     levels = re.findall(r"Holm p < (\d+(?:\.\d+)?)", claims)
     assert len(levels) >= 2 and {float(level) for level in levels} == {ALPHA}
     assert f"at most {ALPHA:.0%}".replace("%", " %") in claims
