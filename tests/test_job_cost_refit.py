@@ -319,7 +319,7 @@ def test_group_jobs_with_their_logs_give_the_coefficients_that_made_them(tmp_pat
     peak the largest of theirs, as chosen coefficients make them; one group's log is lost (left
     out). A one-run group is a plain point; any other group's peak is a memory point of the
     member the old model predicts the largest peak for. Refitted from these jobs alone: the
-    xcal time coefficients come back exactly (2 one-run groups and 4 group equations over 5
+    xcal time coefficients come back exactly (3 one-run groups and 4 group equations over 5
     unknowns, full rank), and so does the xcal memory (the old model's largest members are the
     largest ones, so those points are tight); seg_train and seg_attack, fitted jointly, get
     back every coefficient the groups determine (each group holds as many training as attack
@@ -334,8 +334,11 @@ def test_group_jobs_with_their_logs_give_the_coefficients_that_made_them(tmp_pat
         cuts.append(min(len(seg), cuts[-1] + len(cuts) % 4 + 1))
     bundles = [
         [("xcal_train", job) for job in xcal[a:b]]
-        for a, b in ((0, 1), (1, 3), (3, 6), (6, 7), (7, 9), (9, 13), (13, 14))
+        for a, b in ((0, 1), (1, 3), (3, 6), (6, 7), (7, 8), (8, 10), (10, 14), (14, 15))
     ]
+    assert sum(bundles, []) == [("xcal_train", job) for job in xcal]  # every run, once
+    # (the efficientnet_b0 runs form one group: its memory is then a tight point)
+    assert {job.wc["model"] for _, job in bundles[5]} == {"efficientnet_b0"}
     bundles += [[(rule, job) for job in seg[a:b] for rule in ("seg_train", "seg_attack")]
                 for a, b in zip(cuts[:-1], cuts[1:], strict=True)]  # fmt: skip
     rows, logs_dir, largest = [], tmp_path / "slurm_logs", {}
@@ -369,7 +372,8 @@ def test_group_jobs_with_their_logs_give_the_coefficients_that_made_them(tmp_pat
     group_ids = [str(i + 1) for i, b in enumerate(bundles) if len(b) > 1]  # the others: points
     assert [g["job"].split()[0] for g in groups] == group_ids
     found = {p["cell"]: p["measured"] for rows in points.values() for p in rows}
-    assert len(found) == 2 + len(groups)  # the one-run groups' points, a memory point a group
+    one_run = sum(len(b) == 1 for i, b in enumerate(bundles) if i != 3)  # (group 4: log lost)
+    assert len(found) == one_run + len(groups)  # the one-run groups' points, a memory point a group
     for cell, (size, seconds, peak) in largest.items():
         assert found[cell] == ({"mem": peak, "time": seconds} if size == 1 else {"mem": peak})
 
