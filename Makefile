@@ -68,9 +68,10 @@ test-slurm: $(STAMP)
 # The two federated methods in the FL engines sites deploy (docs/deploy.md), on the synthetic
 # data, every process on 127.0.0.1 and stopped by pid: DP-SimAgg as an OpenFL 1.9 federation
 # (an aggregator and 3 collaborator processes over gRPC), XCal-FL as a Flower app (per job a
-# SuperLink and 3 SuperNodes). Both draw their noise from OS entropy, as a deployment must;
-# `--seeded` (same option on both) uses the job seeds instead, which test-fl does to check both
-# against the in-process simulation (pytest marker fl).
+# SuperLink with TLS and SuperNode authentication, and 3 SuperNodes registered with their keys;
+# test-fl also runs `flwr run . local-simulation`). Both draw their noise from OS entropy, as a
+# deployment must; `--seeded` (same option on both) uses the job seeds instead, which test-fl
+# does to check both against the in-process simulation (pytest marker fl).
 fl-openfl: $(STAMP)
 	$(BIN)/dpmed fl-openfl --out results/fl/openfl
 

@@ -64,10 +64,10 @@ include: dpmed_source("rules/common.smk")
 include: dpmed_source("rules/data.smk")
 
 
-# Each registered study's own rule file (`StudySpec.rules`, dpmed.studies).
-for _, _study in STUDIES.items():
+# Each registered study's own rule file, in its package (dpmed.studies).
+for _study in STUDIES:
 
-    include: dpmed_source(_study.rules)
+    include: dpmed_source(f"src/dpmed/{_study}/rules.smk")
 
 
 include: dpmed_source("rules/audit.smk")

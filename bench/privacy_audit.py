@@ -1,7 +1,7 @@
 """The one-run privacy audit beyond the demo: white-box settings where it can be tight, for the
 sound mechanisms and the paper recipes (issue 17, "Done when").
 
-Every row retrains one cell through its study's own code (`dpmed.privacy.audit.runs.audit_cell`)
+Every row retrains one cell through its study's own code (`dpmed.audit.audit_cell`)
 on the smoke config's synthetic data and hyperparameters, with m canaries, and prints the
 measured ε lower bound (95 %) beside the ε the run claims. The settings favour the auditor:
 
@@ -33,10 +33,10 @@ from typing import Any
 
 import yaml
 
+from dpmed.audit import audit_cell
 from dpmed.config.checks import check_config, load_configs
 from dpmed.config.grid import job_seed
 from dpmed.data.stage import preprocess, synthesize
-from dpmed.privacy.audit.runs import audit_cell
 from dpmed.runtime import JobContext
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """Empirical privacy audit (issue 17): the config's `audit` block (dpmed.config.audit) picks
 private grid cells; privacy_audit retrains one of them with canaries in one setting at one
-noise scale (dpmed.privacy.audit.runs) and writes
+noise scale (dpmed.audit) and writes
 
     results/audit/{study}/{cell}/{setting}/noise{noise}/audit.json
 

@@ -11,7 +11,7 @@ from dpmed.job_cost import audit_request, mem_cap_note, request as cost_request
 from dpmed.profile_checks import check_gpu_requests, profile_placeholders
 from dpmed.report.menu import menu_name, report_item
 from dpmed.report.outputs import EXTS_OF_KEYWORD, FIGURE_EXTS, TABLE_EXTS
-from dpmed.studies import STUDIES
+from dpmed.studies import STUDIES, claims_reader
 
 
 GRID = check_config(config, dpmed_file("config/schema.yaml"))
@@ -27,6 +27,10 @@ if workflow.is_main_process:
         print(f"dpmed warning: {_note}", file=sys.stderr)
 DATASETS = GRID.datasets()
 CONDA_ENV = "../envs/dpmed.yaml"
+# What the job rules of a study run, as paths relative to src/dpmed/<study>/rules.smk, its
+# rules: the environment, and the script that calls a job's `runner` param.
+STUDY_CONDA_ENV = "../../../envs/dpmed.yaml"
+JOB_SCRIPT = "../../../workflow/scripts/job.py"
 # Training rules ask for one GPU unless the config pins the CPU (smoke runs then use both cores).
 GPU = 0 if config["device"] == "cpu" else 1
 TRAIN_THREADS = 1 if config["device"] == "cpu" else 4
@@ -79,15 +83,16 @@ def raw_folder(dataset):
     return f"data/raw/{dataset}" if raw == "synthetic" else raw
 
 
-def reported(stem, exts, caption, category, subcategory):
+def reported(stem, exts, caption, category, subcategory, captions="workflow/report"):
     """Output files `stem + ext` for each ext, in order; one goes into the report
     (`snakemake --report`: a table's .html, a figure's .png, dpmed.report.menu) under
-    category/subcategory (its menu name sorts by number) with workflow/report/<caption>.rst."""
+    category/subcategory (its menu name sorts by number) with <captions>/<caption>.rst (a folder
+    of the repository: a study's are src/dpmed/<study>/captions)."""
     files = [f"{stem}{ext}" for ext in exts]
     shown = report_item(files)
     flagged = report(
         shown,
-        caption=f"../workflow/report/{caption}.rst",
+        caption=f"../{captions}/{caption}.rst",
         category=category,
         subcategory=menu_name(subcategory),
     )

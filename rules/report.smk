@@ -2,7 +2,8 @@
 see dpmed.report.outputs), and the cross-study privacy summary of every DP run (with the
 empirical audits at noise scale 1 of rules/audit.smk). The HTML report itself is built by
 `snakemake --report results/report.html` (same --configfile/--profile as the run) from the
-outputs flagged with `reported(...)`; captions are in workflow/report/."""
+outputs flagged with `reported(...)`; captions are in workflow/report/ and a study's in
+src/dpmed/<study>/captions/."""
 
 from dpmed.report.claims import claims_evidence
 from dpmed.report.demo_summary_inputs import summary_inputs
@@ -20,7 +21,12 @@ for _study, _spec in STUDIES.items():
             output:
                 **{
                     keyword: reported(
-                        stem, EXTS_OF_KEYWORD[keyword], caption, _spec.category, _entry.subcategory
+                        stem,
+                        EXTS_OF_KEYWORD[keyword],
+                        caption,
+                        _spec.category,
+                        _entry.subcategory,
+                        f"src/dpmed/{_study}/captions",
                     )
                     for keyword, (stem, caption) in _entry.files.items()
                 },
@@ -28,7 +34,7 @@ for _study, _spec in STUDIES.items():
                 **_entry.constraints,
             params:
                 writer=_entry.writer,
-                **_entry.params(GRID.jobs(_study), config),
+                **(_entry.params(GRID.jobs(_study), config) if _study in config else {}),
             log:
                 _entry.log(_name),
             localrule: True
@@ -58,6 +64,7 @@ rule privacy_summary:
 CLAIM_SOURCES = {
     name: spec.claims for name, spec in STUDIES.items() if spec.claims and GRID.jobs(name)
 }
+CLAIM_READERS = [claims_reader(name) for name in CLAIM_SOURCES]
 CLAIMS_CAT = "claims"
 # The files the report shows (a table's .html, a figure's .png) of the study registries' entries
 # and of the study targets in results/: the evidence a claims row links.
@@ -77,8 +84,8 @@ rule claims:
     input:
         **{
             f"{study}__{key}": files
-            for study, source in CLAIM_SOURCES.items()
-            for key, files in source.inputs(GRID.jobs(study)).items()
+            for study, inputs in CLAIM_SOURCES.items()
+            for key, files in inputs(GRID.jobs(study)).items()
         },
     output:
         # one verdict per claim first, then the cells behind each
@@ -99,13 +106,11 @@ rule claims:
         ),
         measured_pairs="results/measured/claims_measured_pairs.csv",
     params:
-        readers={study: source.reader for study, source in CLAIM_SOURCES.items()},
+        readers={study: claims_reader(study) for study in CLAIM_SOURCES},
         config_name=" + ".join(Path(path).name for path in CONFIG_FILES),
         shown=SHOWN,
-        evidence=claims_evidence([source.reader for source in CLAIM_SOURCES.values()], SHOWN),
-        evidence_measured=claims_evidence(
-            [source.reader for source in CLAIM_SOURCES.values()], SHOWN, measured=True
-        ),
+        evidence=claims_evidence(CLAIM_READERS, SHOWN),
+        evidence_measured=claims_evidence(CLAIM_READERS, SHOWN, measured=True),
     log:
         "logs/claims.log",
     localrule: True

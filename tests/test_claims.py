@@ -23,7 +23,7 @@ from dpmed.report.claims import (
     observations,
     paired_t_p,
 )
-from dpmed.seg.claims import seg_observations
+from dpmed.seg.claims import study_observations as seg_observations
 
 
 def claim(id: str, test: str = "greater", **kw) -> Claim:

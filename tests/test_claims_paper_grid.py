@@ -17,7 +17,7 @@ from scipy import stats
 
 from dpmed.config.checks import check_config, load_config_file
 from dpmed.report.claims import ALPHA, claims_tables, holm, study_claims
-from dpmed.studies import STUDIES
+from dpmed.studies import STUDIES, claims_reader
 
 # the largest family the paper grid's three seeds can decide: a paired effect 10 SDs of the
 # differences passes the first Holm step (two-sided t, 2 degrees of freedom)
@@ -62,13 +62,13 @@ def paper_tables(tmp_path_factory: pytest.TempPathFactory):
             continue
         by_path = {job.path: dict(job.wildcards) for job in jobs}
         inputs = {key: [str(root / f) for f in files]
-                  for key, files in spec.claims.inputs(jobs).items()}  # fmt: skip
+                  for key, files in spec.claims(jobs).items()}  # fmt: skip
         for files in inputs.values():
             for file in files:
                 run = next(p for p in (Path(file).parent, Path(file).parents[1])
                            if str(p.relative_to(root)) in by_path)  # fmt: skip
                 _plant(Path(file), by_path[str(run.relative_to(root))], rng)
-        studies[name] = study_claims(spec.claims.reader, inputs)
+        studies[name] = study_claims(claims_reader(name), inputs)
     return claims_tables(studies)
 
 

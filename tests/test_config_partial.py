@@ -19,8 +19,9 @@ from dpmed.config.checks import check_config
 SCHEMA = REPO / "config" / "schema.yaml"
 # A user's overrides, as they would write them: the device and one seg hyperparameter.
 PARTIAL = {"device": "cpu", "seg": {"defaults": {"epochs": 3}}}
-# What it lacks, by hand: the data section, the two studies it leaves out, and seg's grid.
-PARTIAL_MISSING = {"data", "fets", "xcal", "seg.grid"}
+# What it lacks, by hand: the data section and seg's grid (a study it leaves out is no lack: its
+# grid is empty).
+PARTIAL_MISSING = {"data", "seg.grid"}
 HINT = "start from a copy of config/config.yaml or config/smoke.yaml"
 
 
@@ -114,3 +115,16 @@ def test_a_missing_key_deeper_down_names_it_and_adds_the_hint(tmp_path):
     assert len(lines) == 4, output
     assert lines[1].endswith("'lr' is a required property")
     assert lines[2].startswith("On instance['seg']['defaults']: {") and HINT in lines[3]
+
+
+def test_a_study_section_left_out_is_an_empty_grid():
+    """A config without the fets and xcal sections (and their audit cells) checks, plans no job
+    of theirs and seg's jobs as the whole smoke config does."""
+    full = check_config(smoke(), SCHEMA)
+    config = smoke()
+    del config["fets"], config["xcal"]
+    audit = config["audit"]
+    audit["cells"] = [cell for cell in audit["cells"] if cell["run"].startswith("results/seg/")]
+    grid = check_config(config, SCHEMA)
+    assert grid.jobs("fets") == grid.jobs("xcal") == [] != full.jobs("xcal")
+    assert grid.jobs("seg") == full.jobs("seg") != []

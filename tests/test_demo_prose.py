@@ -37,7 +37,11 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = (REPO / "config" / "smoke.yaml", REPO / "config" / "config.yaml")
-DOCUMENTS = sorted((REPO / "docs").glob("*.md")) + sorted((REPO / "workflow/report").glob("*.rst"))
+DOCUMENTS = [
+    *sorted((REPO / "docs").glob("*.md")),
+    *sorted((REPO / "workflow/report").glob("*.rst")),
+    *sorted((REPO / "src/dpmed").glob("*/captions/*.rst")),
+]
 # The demo page before its numbers were generated (issue 43): the checker must flag it.
 STALE_DEMO = ("f619088", "docs/demo.md")
 

@@ -63,14 +63,17 @@ def _local_tensors(name, local, weights):
     return [rules.LocalTensor(c, local[c][name], w) for c, w in weights.items()]
 
 
-def test_sound_adapter_matches_the_server():
+@pytest.mark.parametrize("aggregator", ["dp_simagg", "dp_fedavg"])
+def test_sound_adapter_matches_the_server(aggregator):
+    """Any private aggregator, not only DP-SimAgg: the adapter releases what the simulation's
+    server releases for the round (Δf = 2C for DP-SimAgg, 2C/m for DP-FedAvg)."""
     names, glob, local, weights, db = _round()
-    fn = fets_dp_simagg(1.0, 1e-5, clip_norm=0.5, mode="sound", seed=9)
+    fn = fets_dp_simagg(1.0, 1e-5, clip_norm=0.5, mode="sound", seed=9, aggregator=aggregator)
     got = {n: fn(_local_tensors(n, local, weights), db, n, 3, {3: list(weights)}, None)
            for n in reversed(names)}  # fmt: skip
-    cfg = ServerConfig("dp_simagg", "sound", 1.0, 1e-5, 0.5, "l2", "analytic", 9)
+    cfg = ServerConfig(aggregator, "sound", 1.0, 1e-5, 0.5, "l2", "analytic", 9)
     want, mech = Server(cfg).aggregate(glob, [(c, local[c], w) for c, w in weights.items()], 3)
-    assert mech.delta_f == 1.0
+    assert mech.delta_f == (1.0 if aggregator == "dp_simagg" else 1.0 / 3)
     for n in names:
         assert np.array_equal(got[n], want[n])
     record = {**round_columns(cfg, 4, mech), "mode": "sound", "calibration": "analytic"}
@@ -83,12 +86,13 @@ def test_paper_adapter_is_algorithm_1_per_tensor(caplog):
     names, _, local, weights, db = _round()
     fn = fets_dp_simagg(10.0, 1e-5, clip_norm=100.0, mode="paper", seed=4)
     infos = []
+    rng = NormalSource(stable_seed("fets-noise", 4, 3, bits=64))  # the round's one stream
     with caplog.at_level(logging.INFO, logger="dpmed.fets.openfl_adapter"):
-        for n in names:
+        for n in names:  # the global model's order
             got = fn(_local_tensors(n, local, weights), db, n, 3, None, None)
-            rng = NormalSource(stable_seed("fets-noise", 4, 3, n, bits=64))
             tensors, w = [local[c][n] for c in weights], list(weights.values())
-            want, info = agg.dp_simagg_paper_tensor(tensors, w, n, 100.0, 10.0, 1e-5, rng)
+            want, info = agg.paper_release(rules.RULES["simagg"], tensors, w, n, 100.0, 10.0,
+                                           1e-5, rng)  # fmt: skip
             infos.append(info)
             assert np.array_equal(got, want)
     [record] = fn.records
@@ -96,9 +100,13 @@ def test_paper_adapter_is_algorithm_1_per_tensor(caplog):
     assert record["delta_f"] == max(i.delta_f for i in infos)
     assert record["eps_basic_cum"] == 4 * 10.0  # rounds 0..3
     logged = [json.loads(r.getMessage().split(": ", 1)[1]) for r in caplog.records]
-    assert len(logged) == 3 and logged[-1] == record
-    with pytest.raises(ValueError, match="unknown DP-SimAgg mode"):
+    assert logged == [record]  # one record per round
+    with pytest.raises(ValueError, match="unknown dp_simagg mode"):
         fets_dp_simagg(1.0, mode="local")
+    with pytest.raises(ValueError, match="dp_fedavg mode 'paper'"):
+        fets_dp_simagg(1.0, mode="paper", aggregator="dp_fedavg")
+    with pytest.raises(ValueError, match="unknown private aggregator 'fedavg'"):
+        fets_dp_simagg(1.0, mode="sound", aggregator="fedavg")
 
 
 @pytest.mark.parametrize("col", ["1", "c1", "ucl", "zz"])

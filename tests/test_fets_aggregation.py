@@ -17,6 +17,13 @@ from dpmed.fets.server import Server, ServerConfig
 from dpmed.privacy.mechanisms import analytic_sigma
 
 
+def dp_fedavg(updates: RoundTensors, clip_norm: float, sigma: float, rng) -> dict:
+    """DP-FedAvg (McMahan et al. 2018): the sound release of FedAvg, whose whole-model weighing
+    is the uniform mean whatever the data sizes."""
+    return agg.sound_release(rules.RULES["fedavg"], updates, np.ones(updates.n), clip_norm,
+                             sigma, rng)[0]  # fmt: skip
+
+
 def test_clip_factors_follow_algorithm_3():
     rows = np.array([[3.0, 4.0], [0.3, 0.4]])  # norms 5 and 0.5
     factors, norms = agg.clip_factors(TensorGroup.of(list(rows)).sq_norms, 2.5)
@@ -25,8 +32,8 @@ def test_clip_factors_follow_algorithm_3():
 
 def test_paper_mode_leaves_scalars_unclipped():
     t = [np.asarray(1e6), np.asarray(3e6)]
-    out, info = agg.dp_simagg_paper_tensor(t, [0.5, 0.5], "scale.weight", 1.0, 1.0, 1e-5,
-                                           _Zero())  # fmt: skip
+    out, info = agg.paper_release(rules.RULES["simagg"], t, [0.5, 0.5], "scale.weight", 1.0,
+                                  1.0, 1e-5, _Zero())  # fmt: skip
     d = np.array([1e6, 1e6])  # both at distance 1e6 from the mean 2e6: equal α
     assert d.sum() / (1e-8 + d[0]) > 0 and out == pytest.approx(2e6)
     assert info.delta_f == pytest.approx(0.5 * (1e6 - 1.0))
@@ -55,8 +62,8 @@ def test_paper_mode_equals_hand_computation_of_algorithm_1():
     delta_f = math.sqrt(sum((pm[j] - pm_prime[j]) ** 2 for j in range(3)))
     sigma = delta_f * math.sqrt(2 * math.log(1.25 / delta0)) / eps0
     noise = np.random.default_rng(7).standard_normal(3) * sigma
-    out, info = agg.dp_simagg_paper_tensor(
-        t, w, "conv.weight", c, eps0, delta0, np.random.default_rng(7)
+    out, info = agg.paper_release(
+        rules.RULES["simagg"], t, w, "conv.weight", c, eps0, delta0, np.random.default_rng(7)
     )
     assert info.branch == "weight"
     assert info.delta_f == pytest.approx(delta_f, rel=1e-12)
@@ -67,35 +74,40 @@ def test_paper_mode_equals_hand_computation_of_algorithm_1():
 def test_paper_mode_non_weight_branch():
     t = [np.array([1.0, 2.0]), np.array([3.0, 6.0])]
     w = [0.25, 0.75]
-    out, info = agg.dp_simagg_paper_tensor(t, w, "step_count", 10.0, 1.0, 1e-5,
-                                           np.random.default_rng(0))  # fmt: skip
+    out, info = agg.paper_release(rules.RULES["simagg"], t, w, "step_count", 10.0, 1.0, 1e-5,
+                                  np.random.default_rng(0))  # fmt: skip
     sigma = 10.0 * math.sqrt(2 * math.log(1.25 / 1e-5))
     expected = np.array([2.5, 5.0]) + np.random.default_rng(0).standard_normal(2) * sigma
     assert info.branch == "other" and info.delta_f == 10.0
     assert np.allclose(out, expected)
 
 
+def _plain(aggregator: str, t: list, w: list, name: str, distance: str = "l2") -> np.ndarray:
+    """The server's non-private aggregate of one tensor `name` with local values `t`."""
+    cfg = ServerConfig(aggregator, "none", None, 1e-5, 1.0, distance, "analytic", 0)
+    local = [(str(i), {name: x}, wi) for i, (x, wi) in enumerate(zip(t, w, strict=True))]
+    return Server(cfg).aggregate({name: np.zeros_like(t[0])}, local, 1)[0][name]
+
+
 def test_simagg_l2_and_sum_diff_by_hand():
     t = [np.array([0.0, 0.0]), np.array([2.0, 0.0]), np.array([0.0, 4.0])]
     w = [0.2, 0.3, 0.5]
-    local = [rules.LocalTensor(str(i), x, wi) for i, (x, wi) in enumerate(zip(t, w, strict=True))]
     mean = np.array([2.0 / 3.0, 4.0 / 3.0])
     d = np.array([np.linalg.norm(mean - x) for x in t])
     s = d.sum() / (1e-8 + d)
     alpha = (np.array(w) + s) / (1e-8 + (np.array(w) + s).sum())
     assert np.allclose(
-        rules.simagg(local, None, "w.weight", 0), sum(a * x for a, x in zip(alpha, t, strict=True))
+        _plain("simagg", t, w, "w.weight"), sum(a * x for a, x in zip(alpha, t, strict=True))
     )
     d2 = np.abs(mean.sum() - np.array([x.sum() for x in t]))
     s2 = d2.sum() / (1e-8 + d2)
     s2 = s2 / s2.sum()
     alpha2 = (np.array(w) + s2) / (1e-8 + (np.array(w) + s2).sum())
-    got = rules.simagg(local, None, "w.bias", 0, distance="sum_diff")
+    got = _plain("simagg", t, w, "w.bias", distance="sum_diff")
     assert np.allclose(got, sum(a * x for a, x in zip(alpha2, t, strict=True)))
-    assert np.allclose(
-        rules.simagg(local, None, "running", 0), sum(wi * x for wi, x in zip(w, t, strict=True))
-    )
-    assert np.allclose(rules.fedavg(local), sum(wi * x for wi, x in zip(w, t, strict=True)))
+    mean_w = sum(wi * x for wi, x in zip(w, t, strict=True))
+    assert np.allclose(_plain("simagg", t, w, "running"), mean_w)
+    assert np.allclose(_plain("fedavg", t, w, "w.weight"), mean_w)
 
 
 def _ball(draw_array: np.ndarray, c: float) -> np.ndarray:
@@ -115,11 +127,11 @@ def test_sound_mode_sensitivity_is_at_most_2c(updates, replacement, k, c, sizes)
     neighbour[k] = _ball(replacement, c)  # any vector of the C-ball replaces collaborator k
     w = np.array(sizes) / sum(sizes)
     rng = np.random.default_rng(0)
-    a, _ = agg.dp_simagg_sound(RoundTensors.rows(updates), w, c, 0.0, rng)
-    b, _ = agg.dp_simagg_sound(RoundTensors.rows(neighbour), w, c, 0.0, rng)
+    a, _ = agg.sound_release(rules.RULES["simagg"], RoundTensors.rows(updates), w, c, 0.0, rng)
+    b, _ = agg.sound_release(rules.RULES["simagg"], RoundTensors.rows(neighbour), w, c, 0.0, rng)
     assert np.linalg.norm(a[""] - b[""]) <= 2 * c * (1 + 1e-9)
-    fa = agg.dp_fedavg(RoundTensors.rows(updates), c, 0.0, rng)[""]
-    fb = agg.dp_fedavg(RoundTensors.rows(neighbour), c, 0.0, rng)[""]
+    fa = dp_fedavg(RoundTensors.rows(updates), c, 0.0, rng)[""]
+    fb = dp_fedavg(RoundTensors.rows(neighbour), c, 0.0, rng)[""]
     delta_f = agg.aggregator_mode("dp_fedavg", "sound").sensitivity(c, 4)
     assert np.linalg.norm(fa - fb) <= delta_f * (1 + 1e-9)
 
@@ -134,7 +146,7 @@ def test_sound_mode_noise_std_matches_calibration():
     sigma = analytic_sigma(2 * 0.5, 2.0, 1e-5)
     assert mech.sigma == pytest.approx(sigma) and mech.delta_f == 1.0 and mech.mechanisms == 1
     updates = RoundTensors.rows(np.stack([s["w.weight"] for _, s, _ in local]))
-    clean, _ = agg.dp_simagg_sound(updates, [1 / 3] * 3, 0.5, 0.0, _Zero())
+    clean, _ = agg.sound_release(rules.RULES["simagg"], updates, [1 / 3] * 3, 0.5, 0.0, _Zero())
     noise = new["w.weight"] - clean[""]
     assert abs(noise.mean()) < 5 * sigma / math.sqrt(d)
     assert noise.std() == pytest.approx(sigma, rel=0.01)
@@ -145,7 +157,7 @@ def test_joint_clipping_acts_on_the_whole_update():
     clipped to 6.5 it is halved in both tensors."""
     glob = {"a.weight": np.zeros(2), "b.weight": np.ones(2)}
     local = {"a.weight": np.array([3.0, 4.0]), "b.weight": np.array([1.0, 13.0])}
-    new = agg.dp_fedavg(RoundTensors.updates(glob, [local]), 6.5, 0.0, _Zero())
+    new = dp_fedavg(RoundTensors.updates(glob, [local]), 6.5, 0.0, _Zero())
     assert np.allclose(new["a.weight"], [1.5, 2.0]) and np.allclose(new["b.weight"], [1.0, 7.0])
 
 

@@ -9,7 +9,8 @@ import math
 import pandas as pd
 import pytest
 
-from dpmed.fets.claims import CLAIMS, CONVERGED_ROUND, EQUIVALENT_COST, fets_observations
+from dpmed.fets.claims import CLAIMS, CONVERGED_ROUND, EQUIVALENT_COST
+from dpmed.fets.claims import study_observations as fets_observations
 from dpmed.report.claims import claims_tables
 
 

@@ -21,6 +21,7 @@ import torch
 from conftest import FLOWER_PARAMS, FLOWER_WILDCARDS, xcal_processed
 
 from dpmed import federation_processes as fp
+from dpmed.config.grid import job_seed
 from dpmed.config.wildcards import parse_eps
 from dpmed.models import load_model
 from dpmed.runtime import JobContext
@@ -28,9 +29,17 @@ from dpmed.xcal.privacy import privacy_record
 from dpmed.xcal.run import History, client_schedule, prepare, run, train_round
 
 pytest.importorskip("flwr")
-from dpmed.xcal.flower.deploy import deploy, local_federation, site_configs  # noqa: E402
-from dpmed.xcal.flower.jobfile import write_job  # noqa: E402
+from dpmed.xcal.flower.certs import make_node_key  # noqa: E402
+from dpmed.xcal.flower.deploy import (  # noqa: E402
+    BIN,
+    FEDERATION,
+    deploy,
+    flwr,
+    local_federation,
+    site_configs,
+)
 from dpmed.xcal.flower.policy import SitePolicy  # noqa: E402
+from dpmed.xcal.flower.runconfig import run_path, write_run_config  # noqa: E402
 from dpmed.xcal.flower.server_app import FAILED_REASON  # noqa: E402
 
 pytestmark = pytest.mark.fl
@@ -46,8 +55,9 @@ def data(tmp_path_factory) -> Path:
 
 
 def xcal_job(data: Path, out: Path, method: str, eps: str) -> JobContext:
+    """The cell's job writing to out/<run path> (the run config's run folder)."""
     wc = {**FLOWER_WILDCARDS, "method": method, "eps": eps}
-    return JobContext(data, out, wc, PARAMS, seed=0, device="cpu", threads=1)
+    return JobContext(data, out / run_path(wc), wc, PARAMS, job_seed("xcal", wc), "cpu", 1)
 
 
 def weights(path: Path) -> dict[str, torch.Tensor]:
@@ -74,14 +84,20 @@ METHODS = [("xcal", "2"), ("nondp", "inf")]
 def deployed(data, tmp_path_factory) -> tuple[dict[str, JobContext], dict]:
     """Both methods' jobs run at once, each on its own local federation, the folder given
     relative to the current one as `make fl-flower` gives it (the ServerApp runs in a folder of
-    its own)."""
+    its own), with no virtualenv on PATH: the launcher finds Flower's commands, and those the
+    SuperLink and SuperNodes start by name, beside its own Python."""
     root = tmp_path_factory.mktemp("flower_runs")
     jobs = {method: xcal_job(data, root / method, method, eps) for method, eps in METHODS}
     work = Path(os.path.relpath(root / "flower"))
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        record = deploy(list(jobs.values()), work, round_timeout=120, seeded=True, run_timeout=500)
-    return jobs, {**record, "printed": printed.getvalue().splitlines()}
+    path = os.environ["PATH"]
+    os.environ["PATH"] = "/usr/bin:/bin"
+    try:
+        with contextlib.redirect_stdout(printed):
+            record = deploy(list(jobs.values()), work, 120, seeded=True, run_timeout=500)
+    finally:
+        os.environ["PATH"] = path
+    return jobs, {**record, "printed": printed.getvalue().splitlines(), "work": work.resolve()}
 
 
 def test_each_job_runs_on_a_superlink_and_three_supernodes_stopped_by_pid(deployed):
@@ -100,7 +116,7 @@ def test_each_job_runs_on_a_superlink_and_three_supernodes_stopped_by_pid(deploy
     commands = {p["name"]: p["command"] for p in record["processes"]}
     for i, job in enumerate(jobs.values(), 1):  # each site's policy admits its job only
         for k in range(3):
-            site = Path(job.out_dir).parent.resolve() / "flower" / f"job-{i}" / f"site-{k}"
+            site = record["work"] / f"job-{i}" / f"site-{k}"
             assert SitePolicy.read(site / "policy.json") == SitePolicy.for_job(job)
             command = commands[f"job-{i}/supernode-{k}"]
             assert f"policy='{site / 'policy.json'}' state-dir='{site / 'state'}'" in command
@@ -157,12 +173,14 @@ def simulate_without(job: JobContext, dropped: set[tuple[int, int]]) -> tuple[di
 
 
 def test_a_supernode_killed_mid_round_is_left_out_and_named(data, tmp_path):
-    job = xcal_job(data, tmp_path / "run", "xcal", "2")
+    job = xcal_job(data, tmp_path, "xcal", "2")
+    run_dir = Path(job.out_dir)
     victim = client_schedule(job)[1][0]  # a client sampled in round 2
     work = tmp_path / "flower"
-    write_job(tmp_path / "job.json", job)
+    timeouts = {"round-timeout": 40, "connect-timeout": 60}
+    run_config = write_run_config(tmp_path / "run-config.toml", job, **timeouts)
     with local_federation(work, site_configs(job, work, seeded=True)) as federation:
-        flwr_run = federation.start_run(tmp_path / "job.json", round_timeout=40, connect_timeout=60)
+        flwr_run = federation.start_run(run_config)
         fp.wait_for_line(federation.superlink, r"round 2: sent to clients", timeout=300)
         fp.kill(federation.supernodes[victim])
         flwr_run.popen.wait(timeout=300)
@@ -170,20 +188,65 @@ def test_a_supernode_killed_mid_round_is_left_out_and_named(data, tmp_path):
     assert status == "finished:completed"
     assert_stopped(fp.process_table(federation.processes()))
 
-    privacy = json.loads((tmp_path / "run" / "privacy.json").read_text())
+    privacy = json.loads((run_dir / "privacy.json").read_text())
     failed = privacy["extra"].pop("failed_updates")
     assert [(f["round"], f["client"]) for f in failed] == [(2, victim)]
     assert privacy["reasons"].pop() == FAILED_REASON
-    rounds = json.loads((tmp_path / "run" / "federation.json").read_text())["rounds"]
+    rounds = json.loads((run_dir / "federation.json").read_text())["rounds"]
     assert victim in rounds[1]["sampled"] and victim not in rounds[1]["received"]
 
     expected_weights, expected_privacy = simulate_without(
         replace(job, out_dir=tmp_path / "sim"), {(1, victim)}
     )
-    difference = max_difference(expected_weights, weights(tmp_path / "run"))
+    difference = max_difference(expected_weights, weights(run_dir))
     print(f"killed client {victim}: max |deployed - simulated without it| = {difference:.3g}")
     assert difference <= TOLERANCE
     assert privacy == expected_privacy
     rounds_done = privacy["extra"]["client_rounds"]
     assert rounds_done[victim] == sum(victim in s for s in client_schedule(job)) - 1
     assert np.isfinite(privacy["epsilon"])
+
+
+def test_every_federation_runs_tls_and_admits_registered_supernodes_only(deployed):
+    """The launcher's commands: the SuperLink serves TLS with SuperNode authentication, each
+    SuperNode trusts the federation's CA and signs in with its own key; nothing is insecure."""
+    _, record = deployed
+    for proc in record["processes"]:
+        assert "--insecure" not in proc["command"], proc["name"]
+    commands = {p["name"]: p["command"] for p in record["processes"]}
+    for i in (1, 2):
+        tls = record["work"] / f"job-{i}" / "certificates"
+        superlink = commands[f"job-{i}/superlink"]
+        for flag, path in [("--ssl-ca-certfile", "ca.crt"), ("--ssl-certfile", "server.pem"),
+                           ("--ssl-keyfile", "server.key")]:  # fmt: skip
+            assert f"{flag} {tls / path}" in superlink
+        assert "--enable-supernode-auth" in superlink
+        for k in range(3):
+            key = record["work"] / f"job-{i}" / "keys" / f"supernode-{k}"
+            node = commands[f"job-{i}/supernode-{k}"]
+            assert f"--root-certificates {tls / 'ca.crt'}" in node
+            assert f"--auth-supernode-private-key {key}" in node
+
+
+def test_an_unregistered_supernode_is_refused(data, tmp_path):
+    """A SuperNode with a valid key the SuperLink never registered cannot join: the SuperLink
+    refuses it and lists only the registered node."""
+    job = xcal_job(data, tmp_path, "xcal", "2")
+    work = tmp_path / "flower"
+    with local_federation(work, site_configs(job, work, seeded=True)[:1]) as federation:
+        rogue_key = make_node_key(tmp_path / "rogue").with_suffix("")
+        cmd = [
+            str(BIN / "flower-supernode"),
+            "--superlink", f"127.0.0.1:{federation.superlink.ports['fleet']}",
+            "--root-certificates", str(work / "certificates" / "ca.crt"),
+            "--auth-supernode-private-key", str(rogue_key),
+            "--clientappio-api-address", f"127.0.0.1:{fp.free_port()}",
+        ]  # fmt: skip
+        rogue = fp.start("rogue", cmd, tmp_path / "rogue.log", federation.env)
+        try:
+            fp.wait_for_line(rogue, "No SuperNode found with the given public key", 60)
+            listed = flwr(federation.env, "supernode", "list", str(federation.app), FEDERATION)
+        finally:
+            fp.stop([rogue])
+    nodes = json.loads(listed.stdout)["nodes"]
+    assert [node["status"] for node in nodes] == ["online"], nodes

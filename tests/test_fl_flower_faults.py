@@ -24,21 +24,29 @@ import pytest
 from conftest import FLOWER_PARAMS, FLOWER_WILDCARDS, xcal_processed
 
 from dpmed import federation_processes as fp
+from dpmed.config.grid import job_seed
 from dpmed.runtime import JobContext
 
 pytest.importorskip("flwr")
-from dpmed.xcal.flower.deploy import INSECURE_WARNING, LaunchRecord, LocalFederation  # noqa: E402
-from dpmed.xcal.flower.jobfile import write_job  # noqa: E402
+from dpmed.xcal.flower.deploy import LaunchRecord, LocalFederation, app_copy  # noqa: E402
+from dpmed.xcal.flower.runconfig import run_path, write_run_config  # noqa: E402
 
 PARAMS = FLOWER_PARAMS
 DRIVER = (
     "import sys; from pathlib import Path; from dpmed.xcal.flower.deploy import deploy; "
-    "from dpmed.xcal.flower.jobfile import read_job; "
-    "deploy([read_job(Path(sys.argv[1]))], Path(sys.argv[2]), round_timeout=60, seeded=True, "
-    "run_timeout=300)"
+    "import tomllib; from flwr.common.config import flatten_dict; "
+    "from dpmed.xcal.flower.runconfig import job_from_run_config; "
+    "job = job_from_run_config(flatten_dict(tomllib.loads(Path(sys.argv[1]).read_text()))); "
+    "deploy([job], Path(sys.argv[2]), round_timeout=60, seeded=True, run_timeout=300)"
 )
 ROUND_1 = r"(?m)^\[flower xcal \S+\] 1/2 "
 LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1"}
+SEED = job_seed("xcal", FLOWER_WILDCARDS)
+
+
+def run_dir(root: Path) -> Path:
+    """The test job's run folder under `root`."""
+    return root / run_path(FLOWER_WILDCARDS)
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +56,9 @@ def data(tmp_path_factory) -> Path:
 
 def launch(data: Path, root: Path) -> fp.Process:
     """The launcher on one XCal-FL job (ε = 2, 3 clients, 2 rounds), in its own session."""
-    job = JobContext(data, root / "run", FLOWER_WILDCARDS, PARAMS, seed=0, device="cpu", threads=1)
-    write_job(root / "job.json", job)
-    cmd = [sys.executable, "-c", DRIVER, str(root / "job.json"), str(root / "flower")]
+    job = JobContext(data, run_dir(root), FLOWER_WILDCARDS, PARAMS, SEED, "cpu", 1)
+    write_run_config(root / "run-config.toml", job)
+    cmd = [sys.executable, "-c", DRIVER, str(root / "run-config.toml"), str(root / "flower")]
     return fp.start("launcher", cmd, root / "launcher.log")
 
 
@@ -60,7 +68,7 @@ def record(root: Path) -> dict:
 
 def released(root: Path) -> list[int]:
     """The rounds the run's privacy.json says were released (the run did not complete)."""
-    privacy = json.loads((root / "run" / "privacy.json").read_text())
+    privacy = json.loads((run_dir(root) / "privacy.json").read_text())
     return privacy["extra"]["deployment"]["released_rounds"]
 
 
@@ -126,7 +134,6 @@ def test_sigterm_stops_every_process_and_the_record_names_it(data, tmp_path):
         cleanup(launcher, tmp_path)
     log = launcher.log_path.read_text()
     assert launcher.popen.returncode != 0, log
-    assert INSECURE_WARNING in log
     final = record(tmp_path)
     assert "SIGTERM" in final["error"] and final["status"] == ["stopped"]
     assert [p["name"] for p in final["processes"]] == names
@@ -167,8 +174,10 @@ def test_run_status_of_a_dead_superlink_names_it_and_its_log(tmp_path):
     run = fp.start("flwr-run-1", ["sh", "-c", "echo started run 42"], tmp_path / "run.log")
     superlink.popen.wait()
     run.popen.wait()
-    address = f"127.0.0.1:{fp.free_port()}"
-    federation = LocalFederation(tmp_path, dict(os.environ), address, superlink, [])
+    port = fp.free_port()
+    address = f"127.0.0.1:{port}"
+    app = app_copy(tmp_path, port, tmp_path / "ca.crt")
+    federation = LocalFederation(tmp_path, dict(os.environ), address, app, superlink, [])
     with pytest.raises(fp.FederationProcessError, match="superlink") as caught:
         federation.run_status(run)
     message = str(caught.value)
@@ -214,7 +223,7 @@ def test_a_second_launch_on_the_same_folder_is_refused_and_changes_nothing(data,
     (work / "job-1").mkdir(parents=True)
     (work / "processes.json").write_text("{}")  # the first launch's live files
     job = JobContext(
-        data, tmp_path / "run", FLOWER_WILDCARDS, PARAMS, seed=0, device="cpu", threads=1
+        data, run_dir(tmp_path), FLOWER_WILDCARDS, PARAMS, seed=0, device="cpu", threads=1
     )
     first = subprocess.Popen([sys.executable, "-c", HOLDER, str(work)], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)  # fmt: skip

@@ -1,9 +1,13 @@
-"""DP-SimAgg in a real OpenFL 1.9 federation (`dpmed.fets.openfl_deploy`): an aggregator and
-three collaborator processes started with `fx`, talking gRPC on 127.0.0.1.
+"""DP-SimAgg in a real OpenFL 1.9 federation (`dpmed.fets.openfl_deploy`): an aggregator and three
+collaborator processes started with `fx`, talking gRPC on 127.0.0.1.
 
-(a) With the simulation's seeds (initial weights, schedule, local training, server noise), the
-federation's final model equals the in-process simulation `dpmed.fets.run` on the same three
-partitions, and so does its privacy record. (b) A collaborator killed by SIGKILL mid-round:
+(a) `fx workspace export` → `fx workspace import` → federation: the launcher exports the filled
+workspace and runs each collaborator from its own import, whose requirements.txt pip finds
+satisfied by this environment without an index. With the simulation's seeds (initial weights,
+schedule, local training, server noise), the federation's final model equals the in-process
+simulation `dpmed.fets.run` on the same three partitions, and so do its privacy record and every
+round's validation scores (rounds.csv, progress lines); privacy.json's `not_covered` names
+exactly the files of the run but model.pt. (b) A collaborator killed by SIGKILL mid-round:
 OpenFL's aggregator would wait for it forever, so the launcher stops the federation with an
 error naming it, and privacy.json accounts for the rounds released before it only. (c) SIGTERM
 to the launcher after round 1: no process left, the record names round 1 and the signal; the
@@ -24,10 +28,13 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from test_fets_simulation import PARAMS, _processed
+from test_openfl_workspace import assert_import_of
 
+import dpmed
 from dpmed.config.grid import common_seed, job_seed
 from dpmed.federation_processes import FederationProcessError
 from dpmed.fets import selection
@@ -64,12 +71,35 @@ def live(pid: int) -> bool:
     return True
 
 
-def test_federation_equals_the_simulation(processed, tmp_path, capsys):
+FX_STEPS = ["plan-initialize", "workspace-export", "workspace-import-1", "workspace-import-2",
+            "workspace-import-3"]  # fmt: skip
+FEDERATION = ["aggregator", "collaborator-1", "collaborator-2", "collaborator-3"]
+
+
+def federation_names(table: list[dict]) -> list[str]:
+    """The names of the federation's processes in processes.json (the fx steps before aside)."""
+    return [p["name"] for p in table if p["name"] not in FX_STEPS]
+
+
+def assert_imported(fed: Path) -> None:
+    """Each site's import holds the exported workspace (plan, code, initial model) and its
+    requirements.txt, which pip finds satisfied here without an index."""
+    for site in PARTITIONS:
+        assert_import_of(fed / "imports" / str(site) / "workspace", fed / "workspace")
+    requirements = fed / "imports" / "1" / "workspace" / "requirements.txt"
+    assert f"dpmed[fl]=={dpmed.__version__}\n" in requirements.read_text()
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index",
+                          "-r", str(requirements)], capture_output=True, text=True)  # fmt: skip
+    assert pip.returncode == 0, pip.stdout[-2000:] + pip.stderr[-2000:]
+
+
+def test_export_import_federation_equals_the_simulation(processed, tmp_path, capsys):
     fed = tmp_path / "openfl"
     outcome = deploy(fed, processed, FL_PARAMS, WILDCARDS, PARTITIONS, seeded=True,
                      timeout=300)  # fmt: skip
     assert (outcome.status, outcome.released) == ("complete", 2)
-    # one progress line per released round, the last with the ε privacy.json states
+    assert_imported(fed)
+    # one progress line per round, once its model was validated, the last with privacy.json's ε
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[openfl ")]
     assert [ln.split()[4] for ln in lines] == ["1/2", "2/2"], lines
     sim = tmp_path / "simulation"
@@ -86,16 +116,34 @@ def test_federation_equals_the_simulation(processed, tmp_path, capsys):
                        norm="group").state_dict()  # fmt: skip
     assert max((want[k] - init[k]).abs().max().item() for k in want) > 1e-3
 
+    # every round's validation scores and privacy columns: the simulation's rounds.csv but
+    # its simulated times and convergence score
+    rounds, want_rounds = pd.read_csv(fed / "rounds.csv"), pd.read_csv(sim / "rounds.csv")
+    timing = ["round_time_s", "sim_time_s", "convergence_score"]
+    assert list(rounds.columns) == [c for c in want_rounds.columns if c not in timing]
+    assert rounds["round"].tolist() == [0, 1, 2]
+    pd.testing.assert_frame_equal(rounds, want_rounds[rounds.columns], rtol=1e-6, atol=1e-6)
+    assert rounds["dice_mean_labels"].nunique() == 3  # a score per round, each model its own
+    for line, row in zip(lines, rounds.iloc[1:].itertuples(), strict=True):
+        assert {f"WT={row.dice_WT:.4g}", f"dice={row.dice_mean_labels:.4g}"} <= set(line.split())
+
     record = json.loads((fed / "privacy.json").read_text())
     assert f"eps={record['epsilon']:.4g}" in lines[-1].split()
     deployment = record["extra"].pop("deployment")
-    assert record == json.loads((sim / "privacy.json").read_text())
+    want = json.loads((sim / "privacy.json").read_text())
+    mine = ("covers", "not_covered")  # the files of this run
+    assert {k: v for k, v in record.items() if k not in mine} == {
+        k: v for k, v in want.items() if k not in mine
+    }
+    assert record["covers"].startswith(want["covers"]) and "model.pt" in record["covers"]
+    # not_covered: exactly the run's files but model.pt, each once
+    named = [item.split(":", 1)[0] for item in record["not_covered"]]
+    assert sorted(named) == sorted(p.name for p in fed.iterdir() if p.name != "model.pt")
     assert deployment["released_rounds"] == [1, 2] and deployment["not_released_rounds"] == []
     table = json.loads((fed / "processes.json").read_text())
-    names = [p["name"] for p in table]
-    assert names == ["plan-initialize", "aggregator", "collaborator-1", "collaborator-2",
-                     "collaborator-3"]  # fmt: skip
-    assert table[1]["ports"]["grpc"] > 0 and "fx aggregator start" in table[1]["command"]
+    assert [p["name"] for p in table] == FX_STEPS + FEDERATION
+    aggregator = table[len(FX_STEPS)]
+    assert aggregator["ports"]["grpc"] > 0 and "fx aggregator start" in aggregator["command"]
     assert all(p["returncode"] == 0 and not live(p["pid"]) for p in table)
 
 
@@ -144,8 +192,7 @@ def test_a_killed_collaborator_stops_the_federation(processed, tmp_path):
     assert "died with exit code -9" in federation["error"]
     assert (out / "model.pt").exists()  # round 1's release
     table = json.loads((out / "processes.json").read_text())
-    assert [p["name"] for p in table][1:] == ["aggregator", "collaborator-1", "collaborator-2",
-                                              "collaborator-3"]  # fmt: skip
+    assert federation_names(table) == FEDERATION
     assert not any(live(p["pid"]) for p in table)
 
 

@@ -301,3 +301,16 @@ def test_a_policy_file_error_names_the_file_and_the_key(tmp_path, text, message)
     with pytest.raises(ValueError, match=message) as error:
         SitePolicy.read(path)
     assert str(path) in str(error.value)
+
+
+def test_a_supernode_never_takes_its_settings_from_the_run_config():
+    """A simulated client's node config is partition-id and num-partitions only; a SuperNode
+    started with just those (no simulation engine in the process) refuses instead of taking
+    its data, policy and ledger folder from the run config, which the server sets."""
+    from dpmed.xcal.flower.runconfig import app_defaults
+
+    config = {"partition-id": 0, "num-partitions": 3}
+    context = Context(1, 7, config, RecordDict(), app_defaults())
+    assert not client_app.simulation()
+    with pytest.raises(ValueError, match="lacks data-dir, policy, state-dir"):
+        client_app.node_settings(context)

@@ -24,6 +24,12 @@ CARRIED = [
     "profiles/default/config.yaml", "profiles/slurm-template/config.yaml",
     *[str(p.relative_to(REPO)) for p in sorted((REPO / "rules").glob("*.smk"))],
 ]  # fmt: skip
+# What the wheel's study packages carry beside their modules: schema, rule file, captions.
+STUDY_FILES = sorted(
+    str(p.relative_to(REPO / "src"))
+    for pattern in ("*/schema.yaml", "*/rules.smk", "*/captions/*.rst")
+    for p in (REPO / "src" / "dpmed").glob(pattern)
+)
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +58,9 @@ def test_the_wheel_carries_the_workflow_files_the_commands_read(lib):
     packaged = lib / "dpmed" / "_workflow"
     for name in CARRIED:
         assert (packaged / name).read_bytes() == (REPO / name).read_bytes(), name
+    assert len(STUDY_FILES) > 6
+    for name in STUDY_FILES:
+        assert (lib / name).read_bytes() == (REPO / "src" / name).read_bytes(), name
     assert not list(packaged.rglob(".flwr"))  # Flower's credentials folder stays out
 
 
@@ -79,7 +88,8 @@ def test_both_launchers_read_the_installed_templates(lib, tmp_path):
     packaged = lib / "dpmed" / "_workflow"
     code = (
         "from dpmed.fets.openfl_deploy import TEMPLATE\n"
-        "from dpmed.xcal.flower.deploy import APP_DIR, SMOKE_CONFIG\n"
+        "from dpmed.xcal.flower.deploy import APP_DIR\n"
+        "from dpmed.xcal.flower.runconfig import SMOKE_CONFIG\n"
         "print(TEMPLATE, APP_DIR, SMOKE_CONFIG)\n"
     )
     paths = run_installed(lib, tmp_path, "-c", code)

@@ -224,7 +224,7 @@ SIZING_LAYER = ("src/dpmed/job_cost.py", "src/dpmed/sizing.py", "src/dpmed/prefl
 
 def test_the_sizing_layer_imports_no_study_package():
     """job_cost and the preflight's cost, cells, points and report reach a study's sizing only
-    through the study registry (`StudySpec.sizing`), never by importing `dpmed.seg`,
+    through the study registry (`dpmed.<study>.sizing`), never by importing `dpmed.seg`,
     `dpmed.fets` or `dpmed.xcal`, not even inside a function."""
     import ast
 

@@ -1,5 +1,6 @@
-"""The package's import graph: no import circle, and no layer shared by the studies reaches
-into a study package (a study is its package, its rule file and one line in dpmed.studies).
+"""The package's import graph: no import circle, no layer shared by the studies reaches into a
+study package (a study is its package and one line in dpmed.studies), and the privacy package
+sits below the config and the study registry.
 
 Every import counts, the ones inside functions too: a function-level import that closes a
 circle still ties the two modules together, it only hides the tie from the interpreter.
@@ -129,5 +130,17 @@ def test_a_study_imports_no_other_study(study):
         module: sorted(i for i in imports if in_study(i) and not i.startswith(study))
         for module, imports in import_graph().items()
         if module.startswith(study + ".") or module == study
+    }
+    assert {m: i for m, i in offenders.items() if i} == {}
+
+
+def test_privacy_imports_neither_the_config_nor_the_studies():
+    """The mechanisms, accounting and audit bounds of `dpmed.privacy` know no config or study
+    registry (the audit runner that needs both is `dpmed.audit`)."""
+    above = ("dpmed.config", "dpmed.studies")
+    offenders = {
+        module: sorted(i for i in imports if i.startswith(above))
+        for module, imports in import_graph().items()
+        if module.startswith("dpmed.privacy")
     }
     assert {m: i for m, i in offenders.items() if i} == {}

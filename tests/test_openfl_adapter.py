@@ -22,9 +22,8 @@ from openfl.pipelines import NoCompressionPipeline, STCPipeline, TensorCodec
 from openfl.pipelines.pipeline import Float32NumpyArrayToBytes
 from openfl.utilities import SingletonABCMeta, TensorKey, change_tags
 
-from dpmed.fets import aggregation as agg
 from dpmed.fets.openfl_adapter import fets_dp_simagg
-from dpmed.fets.server import Server, ServerConfig, noise_generator
+from dpmed.fets.server import Server, ServerConfig
 
 # OpenFL's plan names the aggregator `aggregator_<federation_uuid>`; the 2021-22 challenge code
 # overrides it to 'aggregator'.
@@ -230,15 +229,6 @@ def trained_values(fl_round, rng, shape):
     return rng.standard_normal(shape) + fl_round
 
 
-def paper_tensor(inputs, weights, name, fl_round, clip_norm, epsilon0, seed):
-    """Algorithm 1 on one tensor ({collaborator: value}), noise seeded as the adapter says."""
-    tensors = [inputs[c] for c in weights]
-    rng = noise_generator(seed, fl_round, name)
-    return agg.dp_simagg_paper_tensor(
-        tensors, list(weights.values()), name, clip_norm, epsilon0, 1e-5, rng
-    )[0]
-
-
 @pytest.mark.parametrize("mode", ["paper", "sound"])
 @pytest.mark.parametrize("uuid", [PLAN_UUID, "aggregator"])
 def test_round_3_is_aggregated_from_round_3(tmp_path, wrap, mode, uuid):
@@ -263,18 +253,14 @@ def test_issue_table_gives_round_3(wrap, mode):
     total = sum(COLS.values())
     weights = {c: n / total for c, n in COLS.items()}
     wrapper = wrap(fets_dp_simagg(1e9, 1e-5, clip_norm=100.0, mode=mode, seed=5))
-    cfg = ServerConfig("dp_simagg", "sound", 1e9, 1e-5, 100.0, "l2", "analytic", 5)
+    cfg = ServerConfig("dp_simagg", mode, 1e9, 1e-5, 100.0, "l2", "analytic", 5)
     want, _ = Server(cfg).aggregate(model, [(c, trained[c], w) for c, w in weights.items()], 3)
     for name in SHAPES:
         got = db.get_aggregated_tensor(
             TensorKey(name, PLAN_UUID, 3, False, ("trained",)), weights, wrapper
         )
         assert np.all(got > 0.1 - 1e-4) and np.all(got < 0.3 + 1e-4), (name, got)
-        if mode == "sound":
-            assert np.array_equal(got, want[name])
-        else:
-            inputs = {c: trained[c][name] for c in weights}
-            assert np.array_equal(got, paper_tensor(inputs, weights, name, 3, 100.0, 1e9, 5))
+        assert np.array_equal(got, want[name])  # both modes: the simulation's server
 
 
 @pytest.mark.parametrize("config", CONFIGS)
@@ -324,11 +310,8 @@ def test_both_modes_equal_the_in_process_aggregator(tmp_path, wrap, mode, config
                 for c, t in by_col.items():
                     sent = uploads[fl_round][c][name]
                     assert np.allclose(t, sent, rtol=0, atol=1e-5 if deltas else 0)
-        if mode == "sound":
-            local = [(c, {n: inputs[n][c] for n in SHAPES}, w) for c, w in weights.items()]
-            want, _ = Server(cfg).aggregate(models[fl_round], local, fl_round)
-        else:
-            want = {n: paper_tensor(inputs[n], weights, n, fl_round, 2.0, 1.0, 11) for n in SHAPES}
+        local = [(c, {n: inputs[n][c] for n in SHAPES}, w) for c, w in weights.items()]
+        want, _ = Server(cfg).aggregate(models[fl_round], local, fl_round)  # paper mode too
         for name, (_, out) in calls.items():
             assert np.array_equal(out, want[name]), (fl_round, name)
     records = fn.func.records

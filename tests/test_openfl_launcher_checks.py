@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from dpmed import federation_processes as fp
 from dpmed.fets import openfl_deploy as od
@@ -49,6 +50,10 @@ BAD = {  # arguments → what the error names
     "type": (["--set", "lr=fast"], "['fets']['defaults']['lr']: 'fast'"),
     "seed": (["--seed", "-1"], "'--seed': got '-1'"),
     "round-timeout": (["--round-timeout", "nan"], "--round-timeout: expected a positive number"),
+    "fedavg-paper": (
+        ["--aggregator", "dp_fedavg", "--dpmode", "paper"],
+        "'--dpmode': dp_fedavg has no DP mode 'paper' (known: sound)",
+    ),
 }
 
 
@@ -71,6 +76,25 @@ def test_good_values_reach_the_launch(tmp_path, no_launch):
     params, wildcards = args[2], args[3]
     assert (params["rounds"], params["delta"], params["lr"]) == (2, 1e-6, 0.03)
     assert (wildcards["eps"], wildcards["seed"], kwargs["round_timeout"]) == ("2.5", "3", 30.0)
+
+
+def test_dp_fedavg_reaches_the_plan(tmp_path, no_launch):
+    """Any private aggregator deploys, not only DP-SimAgg: the plan's aggregation function
+    is built for the launch's aggregator."""
+    with pytest.raises(AssertionError, match="reached the data stage"):
+        od.main(["--out", str(tmp_path / "out"), "--aggregator", "dp_fedavg"])
+    ((args, _),) = no_launch
+    params, wildcards = args[2], args[3]
+    assert wildcards["aggregator"] == "dp_fedavg"
+    cfg = od.server_config(params, wildcards, None)
+    template = yaml.safe_load((od.TEMPLATE / "plan" / "plan.yaml").read_text())
+    plan = od.fill_plan(template, params, wildcards, cfg, port=1)
+    settings = plan["tasks"]["train"]["aggregation_type"]["settings"]
+    assert (settings["aggregator"], settings["mode"]) == ("dp_fedavg", "sound")
+    from dpmed.fets.openfl_components import DPSimAggregation
+
+    func = DPSimAggregation(**{k: v for k, v in settings.items() if k != "output_dir"}).func
+    assert func.cfg == cfg
 
 
 HOLDER = textwrap.dedent("""

@@ -15,15 +15,17 @@ import torch
 import yaml
 from conftest import REPO
 
+from dpmed.audit import AUDIT_FILE, audit_cell, main
 from dpmed.data import fets
 from dpmed.data.synthetic import fets as synthetic_fets
 from dpmed.fets import run as fets_run
-from dpmed.fets.aggregation import dp_fedavg, flatten_state
+from dpmed.fets.aggregation import flatten_state, sound_release
+from dpmed.fets.aggregators import RULES
 from dpmed.fets.audit import AuditServer, UpdateCanaries
 from dpmed.fets.audit import audit_cell as audit_fets_cell
+from dpmed.fets.grid import server_config
 from dpmed.fets.round_tensors import RoundTensors
 from dpmed.fets.server import Server, ServerConfig
-from dpmed.privacy.audit.runs import AUDIT_FILE, audit_cell, main
 from dpmed.privacy.normals import NormalSource
 from dpmed.runtime import JobContext
 
@@ -91,8 +93,11 @@ def test_scaled_noise_scales_the_servers_draws():
     assert scaled.dtype == np.float32 and np.allclose(scaled, 0.1 * base, rtol=1e-6)
     updates = np.zeros((4, 5), dtype=np.float32)
     assert issubclass(AuditServer, Server)  # the real server, its generator scaled
-    plain = dp_fedavg(RoundTensors.rows(updates), 1.0, 2.0, NormalSource(5))[""]
-    quiet = dp_fedavg(RoundTensors.rows(updates), 1.0, 2.0, NormalSource(5).scaled(0.0))[""]
+    ones = np.ones(4)
+    plain = sound_release(RULES["fedavg"], RoundTensors.rows(updates), ones, 1.0, 2.0,
+                          NormalSource(5))[0][""]  # fmt: skip
+    quiet = sound_release(RULES["fedavg"], RoundTensors.rows(updates), ones, 1.0, 2.0,
+                          NormalSource(5).scaled(0.0))[0][""]  # fmt: skip
     assert np.abs(plain).sum() > 0 and not quiet.any()
     server = AuditServer(
         ServerConfig("dp_fedavg", "sound", 1.0, 1e-5, 1.0, "l2", "analytic", 0), 0.5
@@ -105,7 +110,7 @@ def test_canaries_reach_the_real_server_as_more_collaborators(processed):
     """σ = 0, DP-FedAvg: round 1 with canaries moves each canary coordinate by ±C/n (n = the
     chosen plus the canaries) more than the same round without them moves it, scaled by n0/n."""
     job = fets_job(processed, Path("."), "dp_fedavg", "sound")
-    cfg = fets_run.server_config(job)
+    cfg = server_config(job.params, job.wildcards, job.seed)
     federation = fets_run.build_federation(job, torch.device("cpu"))
     state = fets_run.state_to_numpy(federation.model)
     chosen = [str(c) for c in federation.choices[0].collaborators]

@@ -1,4 +1,4 @@
-"""One-run privacy audits of real seg and xcal cells (`dpmed.privacy.audit.runs`): the canaries
+"""One-run privacy audits of real seg and xcal cells (`dpmed.audit`): the canaries
 enter the runners' own DP steps (empty Poisson batches included); without noise the audit
 separates them perfectly, at the calibrated σ it stays below the claimed ε and at σ/10 (or with
 the NSGD code's noise σ·r/C) it exceeds it; input canaries are mislabelled held-out images
@@ -18,9 +18,9 @@ from conftest import REPO, SEG_PARAMS, XCAL_PARAMS, xcal_processed
 from torch import nn
 from torch.utils.data import TensorDataset
 
+from dpmed.audit import AUDIT_FILE, audit_cell, main
 from dpmed.privacy.audit.cell import canary_norm
 from dpmed.privacy.audit.dirac import DiracCanaries, flat_parameters
-from dpmed.privacy.audit.runs import AUDIT_FILE, audit_cell, main
 from dpmed.privacy.clipping import ClipRule
 from dpmed.privacy.dpsgd import ScaledPrivacyEngine
 from dpmed.runtime import JobContext

@@ -114,10 +114,10 @@ def test_a_bad_audit_cell_fails_at_parse_time_naming_the_key(cells, key, message
 
 
 def test_settings_are_those_the_audit_runners_offer(monkeypatch):
-    settings = STUDIES["xcal"].audit.settings
+    settings = STUDIES["xcal"].audit_settings
     config = smoke_with([{"run": XCAL, "settings": list(settings)}])
     assert len(audit_jobs(config, check_config(config, SCHEMA))) == len(settings)
-    unaudited = {name: replace(spec, audit=None) if name == "xcal" else spec
+    unaudited = {name: replace(spec, audit_settings=()) if name == "xcal" else spec
                  for name, spec in STUDIES.items()}  # fmt: skip
     monkeypatch.setattr(audit_config, "STUDIES", unaudited)
     with pytest.raises(ConfigError, match="xcal has no privacy audit") as err:
@@ -149,12 +149,6 @@ def test_checking_audit_settings_loads_neither_torch_nor_opacus():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert result.stdout.split() == ["0", "False", "False"], result.stderr[-2000:]
-
-
-def test_the_audit_file_name_is_the_runners():
-    from dpmed.privacy.audit import runs
-
-    assert AUDIT_FILE == runs.AUDIT_FILE
 
 
 # ------------------------------------------------------------------------------ rule (dry run)
@@ -193,7 +187,7 @@ def test_smoke_dry_run_plans_one_audit_job_per_configured_audit_sized_as_its_tra
 
 def write_audit(root: Path, study: str, run: str, setting: str, noise: float, claimed: float,
                 lower: float, guarantee: str = "dp") -> str:  # fmt: skip
-    """A hand-made audit.json as dpmed.privacy.audit.runs.CellAudit.record() writes it."""
+    """A hand-made audit.json as dpmed.privacy.audit.cell.CellAudit.record() writes it."""
     wildcards = wildcards_from_path(study, f"results/{run}")
     record = {
         "study": study, "mechanism": "m", "setting": setting, "guarantee": guarantee,

@@ -212,20 +212,20 @@ def _rows(value: float) -> rt.RoundTensors:
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf], ids=["nan", "inf"])
-@pytest.mark.parametrize("rule", ["dp_simagg_sound", "dp_fedavg", "dp_simagg_paper_tensor"])
+@pytest.mark.parametrize("rule", ["dp_simagg_sound", "dp_fedavg", "dp_simagg_paper"])
 def test_aggregation_functions_refuse_an_unclippable_update(rule, value):
     """Called without the server's screen, a rule raises instead of passing the update
     unclipped into a NaN aggregate."""
     with pytest.raises(ValueError, match="update 1 has norm"):
         if rule == "dp_simagg_sound":
-            agg.dp_simagg_sound(_rows(value), [1 / 3] * 3, 1.0, 0.0, _Const())
+            agg.sound_release(rules.RULES["simagg"], _rows(value), [1 / 3] * 3, 1.0, 0.0, _Const())
         elif rule == "dp_fedavg":
-            agg.dp_fedavg(_rows(value), 1.0, 0.0, _Const())
+            agg.sound_release(rules.RULES["fedavg"], _rows(value), [1.0] * 3, 1.0, 0.0, _Const())
         else:
             tensors = np.random.default_rng(1).standard_normal((3, 8))
             tensors[1, 4] = value
-            agg.dp_simagg_paper_tensor(list(tensors), [1 / 3] * 3, "w.weight", 1.0, 1.0, 1e-5,
-                                       _Const())  # fmt: skip
+            agg.paper_release(rules.RULES["simagg"], list(tensors), [1 / 3] * 3, "w.weight",
+                              1.0, 1.0, 1e-5, _Const())  # fmt: skip
 
 
 @pytest.mark.parametrize("value", [math.nan, 1e30], ids=["nan", "1e30"])
@@ -260,9 +260,9 @@ def _call_adapter(fn, glob, local, cols=COLS, fl_round: int = 3):
 
 
 def _quiet(monkeypatch, value: float = 0.0):
-    """The adapter's and the server's noise generators draw `value`."""
+    """The server's noise generator (the adapter's too: it aggregates with the server) draws
+    `value`."""
     monkeypatch.setattr(srv, "noise_generator", lambda *a, **k: _Const(value))
-    monkeypatch.setattr("dpmed.fets.openfl_adapter.noise_generator", lambda *a, **k: _Const(value))
 
 
 @pytest.mark.parametrize("bad", list(BAD))
@@ -326,7 +326,9 @@ def test_adapter_clip_norm_must_be_positive(clip_norm):
 def test_paper_tensor_clip_norm_must_be_positive(clip_norm):
     t = [np.array([1.0, 2.0]), np.array([3.0, 6.0])]
     with pytest.raises(ValueError, match="clip_norm must be finite and > 0"):
-        agg.dp_simagg_paper_tensor(t, [0.5, 0.5], "step_count", clip_norm, 1.0, 1e-5, _Const())
+        agg.paper_release(
+            rules.RULES["simagg"], t, [0.5, 0.5], "step_count", clip_norm, 1.0, 1e-5, _Const()
+        )
 
 
 # --- a non-finite global model is never used or released -----------------------------------

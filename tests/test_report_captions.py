@@ -1,7 +1,8 @@
-"""The RST captions of the Snakemake report (workflow/report/*.rst): every `reported(...)` output
-of rules/*.smk has its caption file, no caption file is unused, and every caption renders as
-Snakemake renders it (Jinja2, then docutils) with both shipped configs, as loaded and as the
-workflow sees them (schema defaults filled), without a docutils warning. Jinja runs with
+"""The RST captions of the Snakemake report (workflow/report/*.rst and each study's
+src/dpmed/<study>/captions/*.rst): every `reported(...)` output of the rule files has its
+caption file, no caption file is unused, and every caption renders as Snakemake renders it
+(Jinja2, then docutils) with both shipped configs, as loaded and as the workflow sees them
+(schema defaults filled), without a docutils warning. Jinja runs with
 StrictUndefined, stricter than Snakemake (which renders a missing key as empty text), so a
 mistyped config key fails here instead of vanishing from the report."""
 
@@ -25,8 +26,14 @@ from jinja2 import Environment, StrictUndefined
 from dpmed.config.checks import check_config
 
 REPO = Path(__file__).resolve().parents[1]
-CAPTIONS = REPO / "workflow" / "report"
-FRONT_PAGE = CAPTIONS / "workflow.rst"
+FRONT_PAGE = REPO / "workflow" / "report" / "workflow.rst"
+# caption file name → path: the shared captions and every study package's
+CAPTIONS = {
+    path.name: path
+    for path in sorted(
+        [*FRONT_PAGE.parent.glob("*.rst"), *(REPO / "src" / "dpmed").glob("*/captions/*.rst")]
+    )
+}
 CONFIGS = {name: REPO / "config" / f"{name}.yaml" for name in ("smoke", "config")}
 SEG_DATASETS = ("duke", "umn", "covidct")
 # Snakemake appends these link targets to every caption before rendering (snakemake/report).
@@ -98,7 +105,7 @@ def render(path: Path, snakemake: SimpleNamespace, files: tuple = ()) -> str:
 def test_every_reported_output_has_its_caption_and_every_caption_is_used(tmp_path) -> None:
     used = used_captions(tmp_path)
     assert len(used) >= 30, sorted(used)
-    present = {p.stem for p in CAPTIONS.glob("*.rst")} - {FRONT_PAGE.stem}
+    present = {Path(name).stem for name in CAPTIONS} - {FRONT_PAGE.stem}
     assert not used - present, f"missing caption files: {sorted(used - present)}"
     assert not present - used, f"caption files no rule reports: {sorted(present - used)}"
     # the front page, declared in the first rule file (a path Snakemake also joins for a
@@ -118,10 +125,10 @@ def load_config(name: str, validated: bool) -> dict:
 
 @pytest.mark.parametrize("validated", [False, True], ids=["yaml", "validated"])
 @pytest.mark.parametrize("config_name", sorted(CONFIGS))
-@pytest.mark.parametrize("caption", sorted(p.name for p in CAPTIONS.glob("*.rst")))
+@pytest.mark.parametrize("caption", sorted(CAPTIONS))
 def test_caption_renders_without_warnings(caption: str, config_name: str, validated: bool) -> None:
     config = load_config(config_name, validated)
-    path = CAPTIONS / caption
+    path = CAPTIONS[caption]
     files: tuple = ()
     if path == FRONT_PAGE:  # the front page sees only the config (Snakemake's global caption)
         contexts = [SimpleNamespace(config=config)]
@@ -152,10 +159,10 @@ def test_per_dataset_captions_name_their_dataset_and_paper_figure() -> None:
     config = load_config("config", validated=True)
     for dataset, figure in zip(SEG_DATASETS, ("Fig. 3", "Fig. 4", "Fig. 5"), strict=True):
         snakemake = SimpleNamespace(config=config, wildcards={"dataset": dataset}, params={})
-        html = render(CAPTIONS / "seg_clipping.rst", snakemake)
+        html = render(CAPTIONS["seg_clipping.rst"], snakemake)
         assert dataset in html and figure in html
         blocks = [b for b in config["seg"]["grid"] if dataset in b["datasets"]]
-        assert render(CAPTIONS / "seg_main.rst", snakemake).count("block:") == len(blocks)
+        assert render(CAPTIONS["seg_main.rst"], snakemake).count("block:") == len(blocks)
 
 
 @pytest.mark.parametrize("config_name", sorted(CONFIGS))
@@ -168,7 +175,7 @@ def test_the_claims_captions_link_every_claims_evidence(config_name: str) -> Non
         evidence = getattr(rule_params[caption], key)
         assert evidence and all(evidence.values()), {c: f for c, f in evidence.items() if not f}
         snakemake = SimpleNamespace(config=config, wildcards={}, params=rule_params[caption])
-        html = render(CAPTIONS / f"{caption}.rst", snakemake, files)
+        html = render(CAPTIONS[f"{caption}.rst"], snakemake, files)
         for claim, paths in evidence.items():
             item = re.search(rf"{re.escape(claim)}</span></tt>:(.*?)</li>", html, re.S)
             assert item, claim

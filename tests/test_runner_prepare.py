@@ -15,6 +15,7 @@ from conftest import REPO, SEG_PARAMS, XCAL_PARAMS, xcal_processed
 from test_privacy_audit_fets import PARAMS as FETS_PARAMS
 from test_privacy_audit_fets import fets_processed
 
+from dpmed.audit import study_runner
 from dpmed.config.checks import load_configs
 from dpmed.fets import run as fets_run
 from dpmed.fets.collaborator import state_to_numpy
@@ -22,7 +23,6 @@ from dpmed.fets.probe import write_fets
 from dpmed.fets.server import Server
 from dpmed.preflight.probe import run_probe
 from dpmed.preflight.study import StudyProbe, study_probe
-from dpmed.privacy.audit.runs import study_runner
 from dpmed.runtime import JobContext
 from dpmed.seg import run as seg_run
 from dpmed.studies import STUDIES
@@ -85,8 +85,8 @@ def test_every_study_names_an_audit_runner_and_a_probe_that_load():
         assert isinstance(study_probe(name), StudyProbe), name
         probe = study_probe(name)
         assert {part.probe for part in probe.parts} == set(probe.probes), name
-        if spec.audit is not None:
-            assert study_runner(name).__module__ == spec.audit.runner.split(":")[0]
+        if spec.audit_settings:
+            assert study_runner(name).__module__ == f"dpmed.{name}.audit"
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 from dpmed.report.claims import claim_verdicts, evaluate
-from dpmed.seg.claims import EQUIVALENT_DICE, SAME_DICE, seg_observations
+from dpmed.seg.claims import EQUIVALENT_DICE, SAME_DICE
+from dpmed.seg.claims import study_observations as seg_observations
 from dpmed.seg.outputs import ALIGNMENT
 
 SEEDS = (0, 1, 2)

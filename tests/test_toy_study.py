@@ -1,21 +1,23 @@
-"""A fourth study is its own package, its rule file and one registration line.
+"""A fourth study is its own package and one registration line.
 
-The toy study of tests/toy_study/ (the private mean image of a toy MedMNIST-like dataset: its
-package, rule file, job script and caption) is copied into a scratch copy of the repository,
-registered by one added line in `dpmed.studies`, its dataset by one added line in
-`dpmed.data.registry`, and run through the real workflow: the dataset built, the study's jobs,
-its table, its privacy audit cell, the cross-study privacy summary, then its preflight probe
-and the job sizing. Nothing else of the repository is edited; the copy is removed afterwards.
+The toy study of tests/toy_study/ (the private mean image of a toy MedMNIST-like dataset that
+its package registers: its spec, schema, rule file, caption, job, table writer, sizing, probe
+and audit) is copied into a scratch copy of the repository, registered by one added line in
+`dpmed.studies`, and run through the real workflow: the dataset built, the study's jobs, its
+table, its privacy audit cell, the cross-study privacy summary, then its preflight probe and
+the job sizing. Nothing else of the repository differs; the copy is removed afterwards.
 """
 
 from __future__ import annotations
 
+import filecmp
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -24,12 +26,7 @@ import yaml
 from conftest import REPO, SMOKE_CONFIG
 
 TOY = Path(__file__).with_name("toy_study")
-REGISTRATION = '    "dpmed.toy.spec",\n'
-# a PneumoniaMNIST-like dataset of the toy study (its facts, generator and loader)
-DATASET = (
-    'DATASET_REGISTRY.add("toymnist", DatasetEntry(**{**vars(DATASET_REGISTRY["pneumoniamnist"]), '
-    '"label": "ToyMNIST", "study": "toy"}))\n'
-)
+REGISTRATION = '    "toy",\n'
 RUNS = [f"results/toy/toymnist/eps{eps}/seed0" for eps in ("1", "inf")]
 AUDIT = "results/audit/toy/toymnist/eps1/seed0/record/noise1/audit.json"
 
@@ -58,15 +55,21 @@ def add_toy_study(root: Path) -> list[str]:
         added.append(source.relative_to(TOY).as_posix())
     registry = root / "src" / "dpmed" / "studies.py"
     text = registry.read_text()
-    anchor = '    "dpmed.xcal.spec",\n'
+    anchor = '    "xcal",\n'
     assert text.count(anchor) == 1
     registry.write_text(text.replace(anchor, anchor + REGISTRATION))
-    datasets = root / "src" / "dpmed" / "data" / "registry.py"
-    text = datasets.read_text()
-    anchor = "\nDATASETS: tuple[str, ...] = DATASET_REGISTRY.names()\n"
-    assert text.count(anchor) == 1
-    datasets.write_text(text.replace(anchor, DATASET + anchor))
     return added
+
+
+def differing(root: Path, pristine: Path) -> list[str]:
+    """The files under `root` (bytecode caches aside) that `pristine` lacks or holds otherwise."""
+    files = (p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    return sorted(
+        path.relative_to(root).as_posix()
+        for path in files
+        if not (pristine / path.relative_to(root)).is_file()
+        or not filecmp.cmp(path, pristine / path.relative_to(root), shallow=False)
+    )
 
 
 def toy_config(path: Path) -> Path:
@@ -89,44 +92,66 @@ def toy_config(path: Path) -> Path:
     return path
 
 
-def snakemake(root: Path, workdir: Path, configfile: Path, *extra: str) -> None:
+def snakemake(root: Path, workdir: Path, configfile: Path, *extra: str) -> str:
+    """Run the workflow of the repository copy `root` in `workdir`; returns what it printed."""
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(root / "src")}
     command = [sys.executable, "-m", "snakemake", "-s", str(root / "Snakefile"),
                "--directory", str(workdir), "--configfile", str(configfile), "--cores", "2",
                *extra]  # fmt: skip
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-6000:]
+    return done.stdout + done.stderr
 
 
 @pytest.fixture(scope="module")
 def toy_run(tmp_path_factory: pytest.TempPathFactory):
-    root = repository_copy(tmp_path_factory.mktemp("repository"))
+    pristine = repository_copy(tmp_path_factory.mktemp("pristine"))
+    root = tmp_path_factory.mktemp("repository") / "copy"
+    shutil.copytree(pristine, root)
     added = add_toy_study(root)
     workdir = tmp_path_factory.mktemp("toy_run")
     configfile = toy_config(workdir / "toy.yaml")
     snakemake(root, workdir, configfile)
-    yield root, workdir, configfile, added
+    yield root, pristine, workdir, configfile, added
     shutil.rmtree(root)
+    shutil.rmtree(pristine)
 
 
 @pytest.mark.slow
-def test_the_toy_study_is_its_package_its_rule_file_and_one_line(toy_run):
-    root, _, _, added = toy_run
-    # its package, its rule file, its job script and its caption; nothing else
-    own = re.compile(r"src/dpmed/toy/\w+\.(py|yaml)|rules/toy\.smk|workflow/\w+/toy_\w+\.(py|rst)")
-    assert [path for path in added if not own.fullmatch(path)] == []
-    package = {Path(path).stem for path in added if path.startswith("src/")}
-    assert package >= {"__init__", "spec", "schema", "run", "sizing", "probe", "audit"}
-    for module, line in (("studies.py", REGISTRATION), ("data/registry.py", DATASET)):
-        ours = (REPO / "src" / "dpmed" / module).read_text().splitlines(keepends=True)
-        theirs = (root / "src" / "dpmed" / module).read_text().splitlines(keepends=True)
-        assert [text for text in theirs if text not in ours] == [line]
-        assert len(theirs) == len(ours) + 1
+def test_the_toy_study_is_its_package_and_one_line(toy_run):
+    root, pristine, _, _, added = toy_run
+    # its package (spec, schema, rule file, caption, job, sizing, probe, audit); nothing else
+    assert [path for path in added if not path.startswith("src/dpmed/toy/")] == []
+    names = {Path(path).name for path in added}
+    assert names >= {"spec.py", "schema.yaml", "rules.smk", "toy_table.rst", "run.py"}
+    assert names >= {"sizing.py", "probe.py", "audit.py"}
+    # after the whole workflow ran: the package and the registry differ, no other path
+    assert differing(root, pristine) == sorted([*added, "src/dpmed/studies.py"])
+    ours = (pristine / "src" / "dpmed" / "studies.py").read_text().splitlines(keepends=True)
+    theirs = (root / "src" / "dpmed" / "studies.py").read_text().splitlines(keepends=True)
+    assert [text for text in theirs if text not in ours] == [REGISTRATION]
+    assert len(theirs) == len(ours) + 1
+
+
+@pytest.mark.slow
+def test_a_registered_study_without_a_config_section_plans_an_empty_grid(toy_run, tmp_path):
+    """The smoke config, which has no `toy` section, plans the same jobs with the toy registered
+    as without it."""
+    root, pristine, _, _, _ = toy_run
+
+    def planned(repository: Path) -> list[str]:
+        stats = snakemake(repository, tmp_path / repository.name, SMOKE_CONFIG, "-n", "--quiet",
+                          "rules")  # fmt: skip
+        return sorted(line for line in stats.splitlines() if re.fullmatch(r"\w+ +\d+", line))
+
+    jobs = planned(root)
+    assert any(line.startswith("seg_train ") for line in jobs), jobs
+    assert jobs == planned(pristine)
 
 
 @pytest.mark.slow
 def test_the_toy_jobs_table_audit_and_privacy_summary_run(toy_run):
-    _, workdir, _, _ = toy_run
+    _, _, workdir, _, _ = toy_run
     for run in RUNS:
         metrics = json.loads((workdir / run / "metrics.json").read_text())
         privacy = json.loads((workdir / run / "privacy.json").read_text())
@@ -148,7 +173,7 @@ def test_the_toy_jobs_table_audit_and_privacy_summary_run(toy_run):
 
 @pytest.mark.slow
 def test_the_toy_study_is_probed_and_sized(toy_run):
-    root, workdir, configfile, _ = toy_run
+    root, _, workdir, configfile, _ = toy_run
     snakemake(root, workdir, configfile, "--config", "preflight=true")
     cells = pd.read_csv(workdir / "results" / "preflight" / "preflight.csv")
     # one row per (cell, ε): probed, and σ calibrated for the private ε
@@ -164,3 +189,31 @@ def test_the_toy_study_is_probed_and_sized(toy_run):
     # no fitted cost model yet: the toy rule asks for the config's caps
     rows = [line.split()[:3] for line in sized.stdout.splitlines()]
     assert ["toy_train", "4000", "30"] in rows, sized.stdout
+
+
+def test_a_study_without_its_optional_parts_is_sized_probed_and_audited_nowhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A registered study whose package has no sizing, probe, audit or claims module: every
+    layer that looks for those parts passes it by instead of failing."""
+    import dpmed
+    from dpmed.audit import audited_studies
+    from dpmed.preflight.cells import study_rules
+    from dpmed.sizing import sized_rules, study_sizing
+    from dpmed.studies import STUDIES, part_module, study_part
+
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "bare" / "__init__.py").write_text("")
+    monkeypatch.setattr(dpmed, "__path__", [*dpmed.__path__, str(tmp_path)])
+    STUDIES.add("bare", replace(STUDIES["xcal"], name="bare", audit_settings=(), claims=None))
+    study_sizing.cache_clear()
+    try:
+        assert [part_module("bare", part) for part in ("sizing", "probe", "audit")] == [None] * 3
+        assert study_part("bare", "audit", "audit_cell") is None
+        assert part_module("xcal", "sizing") == "dpmed.xcal.sizing"
+        assert "bare" not in set(sized_rules().values()) and "xcal_train" in sized_rules()
+        assert "bare" not in study_rules() and "xcal" in study_rules()
+        assert "bare" not in audited_studies()
+    finally:
+        STUDIES.remove("bare")
+        study_sizing.cache_clear()

@@ -10,7 +10,8 @@ import json
 import pytest
 
 from dpmed.report.claims import claims_tables
-from dpmed.xcal.claims import F1_GAIN, MAX_OVERHEAD, ROAD_GAIN_AGP, xcal_observations
+from dpmed.xcal.claims import F1_GAIN, MAX_OVERHEAD, ROAD_GAIN_AGP
+from dpmed.xcal.claims import study_observations as xcal_observations
 
 JITTER = (0.0, 0.004, -0.003)
 

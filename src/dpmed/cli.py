@@ -20,6 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "preflight": ("dpmed.preflight.run:main", "probe every cell of a grid before a cluster run"),
     "fl-openfl": ("dpmed.fets.openfl_deploy:main", "DP-SimAgg in a local OpenFL federation"),
     "fl-flower": ("dpmed.xcal.flower.deploy:main", "XCal-FL runs on local Flower federations"),
+    "flower-config": ("dpmed.xcal.flower.runconfig:main", "the Flower run config of an xcal cell"),
+    "flower-certs": ("dpmed.xcal.flower.certs:main", "TLS certificates and SuperNode keys"),
     "power-plan": ("dpmed.report.power:main", "seeds and compute each paper claim needs"),
     "slurm-profile": ("dpmed.slurm_profile:main", "install the SLURM site profile"),
 }

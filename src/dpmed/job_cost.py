@@ -2,7 +2,7 @@
 the job's settings, so a smoke job asks for what a smoke job needs and a paper job for what a
 paper job needs.
 
-Each registered study sizes its own rules (`StudySpec.sizing`, a `dpmed.sizing.StudySizing`
+Each registered study sizes its own rules (`dpmed.<study>.sizing`, a `dpmed.sizing.StudySizing`
 in `<study>/sizing.py`); this module iterates over the study registry and never names a
 study. Peak memory = Σ coefficient × memory feature. Time follows the one runtime model the
 preflight shares (`dpmed.sizing`): Σ count × seconds of one unit over the job's units of work
@@ -338,16 +338,21 @@ def grid_hours(config: Mapping[str, Any], counts: Counter[tuple[str, Request]]) 
 
 def job_groups() -> tuple[dict[str, str], dict[str, int]]:
     """(rule → its job group, group → connected components per SLURM submission): the `group:`
-    of the rules in rules/*.smk and the `group-components` of the workflow profile
-    (profiles/default; a group it does not name submits each component alone)."""
+    of the rules in rules/*.smk and in each study's rules.smk (in its package) and the
+    `group-components` of the workflow profile (profiles/default; a group it does not name
+    submits each component alone)."""
     import re
+    from importlib import resources
 
     import yaml
 
     from dpmed.install import workflow_file
+    from dpmed.studies import STUDIES
 
+    files = sorted(workflow_file("rules").glob("*.smk"))
+    files += [resources.files(f"dpmed.{study}").joinpath("rules.smk") for study in STUDIES]
     rules = {}
-    for path in sorted(workflow_file("rules").glob("*.smk")):
+    for path in files:
         for block in re.split(r"^(?=rule \w+:)", path.read_text(), flags=re.M):
             found = re.match(r"rule (\w+):(?:.|\n)*?^\s+group:\s*\n?\s*\"(\w+)\"", block, re.M)
             if found:

@@ -1,8 +1,9 @@
 """What a study tells the shared sizing layers (`dpmed.job_cost`, `dpmed.preflight`) about its
 jobs: per rule, the memory features and the units of work its time is counted in; per study,
-which jobs make one distinct cell to probe. Each study's `<study>/sizing.py` defines one
-`StudySizing` (its `StudySpec.sizing` names it); this module holds only the shapes, so the
-study modules stay free of torch at import (Snakemake reads them when it parses the workflow).
+which jobs make one distinct cell to probe. A study's optional `<study>/sizing.py` defines one
+`StudySizing` as `SIZING` (found by name, `dpmed.studies.study_part`); this module holds only
+the shapes, so the study modules stay free of torch at import (Snakemake reads them when it
+parses the workflow).
 
 One runtime model serves both layers: a job's time is Σ count × seconds of one unit over its
 `Work`, the seconds either fitted (`job_cost.json`: a coefficient × the unit's work `size`) or
@@ -15,8 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
-
-from dpmed.registry import resolve
 
 # (the config's data section, a job's wildcards, its hyperparameters) → a rule's numbers
 Sizer = Callable[[Mapping[str, Any], Mapping[str, str], Mapping[str, Any]], Any]
@@ -105,11 +104,15 @@ def picked(params: Mapping[str, Any], names: Sequence[str]) -> tuple:
 
 @cache
 def study_sizing(study: str) -> StudySizing:
-    """The sizing registered study `study` names (`StudySpec.sizing`, "module:attribute",
-    imported on first use)."""
-    from dpmed.studies import STUDIES
+    """The sizing of registered study `study` (`dpmed.<study>.sizing:SIZING`, imported on first
+    use); a study without one sizes no rules."""
+    from dpmed.studies import study_part
 
-    return resolve(STUDIES[study].sizing)
+    return study_part(study, "sizing", "SIZING") or StudySizing({}, *(_unsized,) * 4)
+
+
+def _unsized(*args: Any) -> tuple:
+    return ()
 
 
 def sized_rules() -> dict[str, str]:

@@ -1,5 +1,6 @@
 """Rule data_overview: one sample and its mask per dataset."""
 
+import dpmed.studies  # noqa: F401 (a study's package may register its datasets)
 from dpmed.logs import log_to
 from dpmed.report.data import data_overview
 

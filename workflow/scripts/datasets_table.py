@@ -1,5 +1,6 @@
 """Rule datasets_table: results/tables/datasets.csv from every dataset's meta.json."""
 
+import dpmed.studies  # noqa: F401 (a study's package may register its datasets)
 from dpmed.logs import log_to
 from dpmed.report.data import datasets_table
 

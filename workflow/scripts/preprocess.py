@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import dpmed.studies  # noqa: F401 (a study's package may register its datasets)
 from dpmed.data.stage import preprocess
 from dpmed.logs import log_to
 

@@ -1,10 +1,10 @@
 """Rule privacy_audit: retrain one private grid cell with canaries and write its audit.json
-(dpmed.privacy.audit.runs.audit_cell)."""
+(dpmed.audit.audit_cell)."""
 
 from pathlib import Path
 
+from dpmed.audit import audit_cell
 from dpmed.logs import log_to
-from dpmed.privacy.audit.runs import audit_cell
 from dpmed.runtime import JobContext
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)

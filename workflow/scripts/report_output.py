@@ -3,6 +3,7 @@ names ("module:function") with the rule's named inputs (lists of paths; names st
 are dependencies only), its named outputs (the first file of each, the .png or .csv: the writer
 adds the .pdf, or the .md and .html) and its other params."""
 
+import dpmed.studies  # noqa: F401 (a study's package may register its datasets)
 from dpmed.logs import log_to
 from dpmed.registry import resolve
 from dpmed.report.style import set_scale

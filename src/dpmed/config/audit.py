@@ -1,5 +1,5 @@
 """The config's `audit` block: which private grid cells get the one-run empirical privacy audit
-(Steinke, Nasr & Jagielski 2023; `dpmed.privacy.audit`), in which settings and at which noise
+(Steinke, Nasr & Jagielski 2023; `dpmed.audit`), in which settings and at which noise
 scales.
 
     audit:
@@ -17,7 +17,7 @@ cell's run plus canaries) and writes `audit.json` into
     results/audit/<study>/<run folder below results/<study>/>/<setting>/noise<scale>/
 
 (`AuditJob.path`). A cell must be a private job of its study's grid (finite ε) and a setting
-one the study's audit offers (`StudySpec.audit.settings`, torch-free so parsing stays fast);
+one the study's audit offers (`StudySpec.audit_settings`, torch-free so parsing stays fast);
 anything else is a `ConfigError` naming the key (`audit.cells[2].settings[0]`).
 """
 
@@ -34,8 +34,7 @@ from dpmed.config.wildcards import NUMBER_PATTERN, format_eps
 from dpmed.errors import ConfigError
 from dpmed.studies import STUDIES
 
-# The file each audit job writes (`dpmed.privacy.audit.runs.AUDIT_FILE`; kept here so that
-# parsing the config does not import torch).
+# The file each audit job writes (`dpmed.audit.audit_cell`).
 AUDIT_FILE = "audit.json"
 AUDIT_ROOT = "results/audit"
 # The audit job's folder; `cell` is the audited run folder below results/<study>/.
@@ -136,19 +135,19 @@ def audit_jobs(config: Mapping[str, Any], grid: Grid) -> list[AuditJob]:
     for index, cell in enumerate(cells):
         key = f"audit.cells[{index}]"
         study, wildcards = _cell_of(grid, cell["run"], f"{key}.run")
-        audit = STUDIES[study].audit
-        if audit is None:
-            audited = [name for name, spec in STUDIES.items() if spec.audit is not None]
+        settings = STUDIES[study].audit_settings
+        if not settings:
+            audited = [name for name, spec in STUDIES.items() if spec.audit_settings]
             raise ConfigError(
                 f"{key}.run",
                 f"study {study} has no privacy audit (audits exist for {', '.join(audited)})",
             )
         canaries = int(cell.get("canaries", block["canaries"]))
         for s_index, setting in enumerate(cell["settings"]):
-            if setting not in audit.settings:
+            if setting not in settings:
                 raise ConfigError(
                     f"{key}.settings[{s_index}]",
-                    f"{study} audits have settings {', '.join(audit.settings)}, not {setting!r}",
+                    f"{study} audits have settings {', '.join(settings)}, not {setting!r}",
                 )
             for scale in cell["noise_scales"]:
                 job = AuditJob(

@@ -26,7 +26,6 @@ import yaml
 
 from dpmed.config.audit import audit_jobs
 from dpmed.config.grid import Grid
-from dpmed.config.study import StudySpec
 from dpmed.data.registry import DATASET_REGISTRY
 from dpmed.data.splits import split_counts
 from dpmed.errors import ConfigError
@@ -49,18 +48,17 @@ PARTIAL_HINT = (
 SHOWN_CHARS = 300
 
 
-def study_schema(spec: StudySpec) -> dict[str, Any]:
-    """The `$defs` entries of a study's config section (`StudySpec.schema`, a YAML file of its
-    package)."""
-    package, _, name = spec.schema.partition(":")
-    return yaml.safe_load(resources.files(package).joinpath(name).read_text(encoding="utf-8"))
+def study_schema(study: str) -> dict[str, Any]:
+    """The `$defs` entries of a study's config section: schema.yaml of its package."""
+    schema = resources.files(f"dpmed.{study}").joinpath("schema.yaml")
+    return yaml.safe_load(schema.read_text(encoding="utf-8"))
 
 
 def load_schema(path: str | Path) -> dict[str, Any]:
     """The config schema at `path` with what the registries name put in, so a registered name
     is one registration: a `data.<name>` entry per registered dataset (its family's
     `$defs/<family>_data`), each registered study's section (its own `$defs`, `study_schema`;
-    required), a `resources.<rule>` scale per sized rule, and
+    optional: an absent section is an empty grid), a `resources.<rule>` scale per sized rule, and
     each study's `StudySpec.choices` (a grid list's items, else a `<study>_params` value: an
     enum of the registered names, or the regex of a str)."""
     schema = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
@@ -72,9 +70,8 @@ def load_schema(path: str | Path) -> dict[str, Any]:
         {rule: {"$ref": "#/$defs/rule_scale"} for rule in sized_rules()}
     )
     for name, spec in STUDIES.items():
-        schema["$defs"].update(study_schema(spec))
+        schema["$defs"].update(study_schema(name))
         properties[name] = {"$ref": f"#/$defs/{name}"}
-        schema["required"].append(name)
         grid = schema["$defs"][name]["properties"]["grid"]["items"]["properties"]
         params = schema["$defs"][f"{name}_params"]["properties"]
         for key, allowed in spec.choices.items():
@@ -185,7 +182,8 @@ def check_config(
     for dataset in grid.datasets():
         _check_dataset(config["data"], dataset)
     for name, spec in STUDIES.items():
-        spec.check(config, grid.jobs(name))
+        if name in config:
+            spec.check(config, grid.jobs(name))
     audit_jobs(config, grid)
     return grid
 

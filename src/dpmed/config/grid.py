@@ -20,7 +20,7 @@ from typing import Any
 
 from dpmed.config.study import Wildcards
 from dpmed.config.wildcards import format_eps
-from dpmed.data.registry import DATASETS, study_datasets
+from dpmed.data.registry import DATASET_REGISTRY, study_datasets
 from dpmed.errors import ConfigError
 from dpmed.studies import STUDIES
 
@@ -60,13 +60,14 @@ def _merged(defaults: Mapping[str, Any], override: Mapping[str, Any]) -> dict[st
 
 
 def expand_study(config: Mapping[str, Any], study: str) -> list[Job]:
-    """All valid jobs of `study`, in block order, without duplicates.
+    """All valid jobs of `study`, in block order, without duplicates (none when the config has
+    no section for it).
 
     Raises ConfigError naming the block when it yields no valid job, and naming both blocks
     when two give the same job different hyperparameters or switches.
     """
     spec = STUDIES[study]
-    section = config[study]
+    section = config.get(study, {"grid": []})
     jobs: dict[Wildcards, Job] = {}
     for index, block in enumerate(section["grid"]):
         key = f"{study}.grid[{index}]"
@@ -146,12 +147,12 @@ class Grid:
             used = {job.wc["dataset"] for job in jobs}
         else:
             used = set(study_datasets(study)) if jobs else set()
-        return [name for name in DATASETS if name in used]
+        return [name for name in DATASET_REGISTRY if name in used]
 
     def datasets(self) -> list[str]:
         """Datasets read by any job, in registry order."""
         used = {name for study, _ in STUDIES.items() for name in self.study_datasets(study)}
-        return [name for name in DATASETS if name in used]
+        return [name for name in DATASET_REGISTRY if name in used]
 
 
 def wildcard_patterns() -> dict[str, str]:
@@ -159,7 +160,7 @@ def wildcard_patterns() -> dict[str, str]:
     matches a path it was not written for, e.g. `eps` never swallows a slash): the alternation
     of the studies' patterns (a wildcard two studies share, e.g. `model`, accepts either's
     values); `dataset` names every dataset of the data registry."""
-    patterns: dict[str, list[str]] = {"dataset": ["|".join(DATASETS)]}
+    patterns: dict[str, list[str]] = {"dataset": [DATASET_REGISTRY.pattern()]}
     for _, spec in STUDIES.items():
         for wildcard, pattern in spec.patterns.items():
             if wildcard == "dataset":

@@ -1,6 +1,6 @@
 """What a study tells the generic grid and the rule files: its axes, run folder, wildcard
 patterns, validity rule and run files. Each study package defines one `StudySpec` in its
-`spec.py`; `dpmed.studies.STUDIES` registers the three."""
+`spec.py`; `dpmed.studies.STUDIES` registers them (and finds the study's other parts by name)."""
 
 from __future__ import annotations
 
@@ -60,35 +60,6 @@ def paired_seed(study: str, paired: Sequence[str], wildcards: Mapping[str, str],
 
 
 @dataclass(frozen=True)
-class ClaimSource:
-    """Where a study's paper claims come from (`dpmed.report.claims`).
-
-    Args:
-        reader: "module:function" that takes the named input lists and returns the study's
-            registered `Claim`s and their observations (imported only by the claims rule).
-        inputs: the named input lists (run files) for the study's jobs.
-    """
-
-    reader: str
-    inputs: Callable[[Sequence[Any]], Mapping[str, list[str]]]
-
-
-@dataclass(frozen=True)
-class StudyAudit:
-    """A study's empirical privacy audit (`dpmed.privacy.audit`).
-
-    Args:
-        settings: the audit settings its runner offers (read when the config is checked, so
-            the spec stays free of torch).
-        runner: "module:function" auditing one cell, `(job, setting, canaries, confidence,
-            noise_scale) -> CellAudit` (imported only by the audit job).
-    """
-
-    settings: tuple[str, ...]
-    runner: str
-
-
-@dataclass(frozen=True)
 class StudySpec:
     """One study's grid and output layout.
 
@@ -120,16 +91,12 @@ class StudySpec:
             their initial weights, data order, partition and schedules from the same seeds
             (`dpmed.config.grid.common_seed`), so comparisons between them pair (common random
             numbers); their DP noise stays independent (`job_seed`, every wildcard).
-        claims: the paper's claims and the run files they are judged on (None: no claims).
-        schema: "package:file" of the study's config-section schema, a YAML mapping of `$defs`
-            entries (`<study>`, `<study>_params`, ...) that `dpmed.config.checks.load_schema`
-            adds to config/schema.yaml's.
-        rules: the study's rule file, relative to the workflow's folder (the Snakefile
-            includes every registered study's).
-        sizing: "module:attribute" of the study's `dpmed.job_cost` sizing (torch-free: read
-            when the workflow is parsed).
-        probe: "module:attribute" of the study's preflight probe (`dpmed.preflight`).
-        audit: the study's privacy audit (None: the study offers none).
+        claims: the named input lists (run files) of the study's jobs that its claims reader
+            (`dpmed.<study>.claims:study_observations`, `dpmed.report.claims`) takes (None:
+            the study has no claims).
+        audit_settings: the privacy audit settings the study's `audit.audit_cell` offers
+            (read when the config is checked, so the spec stays free of torch; empty: the study
+            offers no audit).
         choices: grid list key → the values the registries allow (a tuple: the schema's enum
             of its items; a str: the regex its items match), put into the study's config
             schema when it is loaded (`dpmed.config.checks.load_schema`), so a registered name
@@ -151,12 +118,8 @@ class StudySpec:
     notes: Callable[[Sequence[Any]], list[str]] = field(default=_no_notes)
     switches: Mapping[str, bool] = field(default_factory=dict)
     paired: tuple[str, ...] = ("seed",)
-    claims: ClaimSource | None = None
-    schema: str = ""
-    rules: str = ""
-    sizing: str = ""
-    probe: str = ""
-    audit: StudyAudit | None = None
+    claims: Callable[[Sequence[Any]], Mapping[str, list[str]]] | None = None
+    audit_settings: tuple[str, ...] = ()
     choices: Mapping[str, tuple[str, ...] | str] = field(default_factory=dict)
 
     @property

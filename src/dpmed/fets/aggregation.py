@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -69,6 +70,44 @@ class MechanismInfo:
     sigma: float
     branch: str
     noise_multiplier: float
+
+
+@dataclass(frozen=True)
+class RoundMechanisms:
+    """The Gaussian mechanisms of one round: count, largest Δf and σ, smallest σ, σ/Δf, the
+    whole-model weights α, and the updates the server's screen rejected (counted as zero
+    updates; `dpmed.fets.server.Rejection`)."""
+
+    mechanisms: int
+    delta_f: float
+    sigma: float
+    sigma_min: float
+    noise_multiplier: float
+    alpha: tuple[float, ...] = ()
+    rejected: tuple[Any, ...] = ()
+
+    @classmethod
+    def of(cls, infos: Sequence[MechanismInfo], rejected: tuple[Any, ...]) -> RoundMechanisms:
+        """The round of per-tensor mechanisms `infos` (at least one)."""
+        sigmas = [i.sigma for i in infos]
+        return cls(len(infos), max(i.delta_f for i in infos), max(sigmas), min(sigmas),
+                   min(i.noise_multiplier for i in infos), rejected=rejected)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ScreenedRound:
+    """A round after `dpmed.fets.server.screen_round`, as a DP mode releases it.
+
+    Args:
+        local: the (name, state, weight) triples, weights normalised to sum 1, a rejected
+            collaborator's state replaced by the global model (a zero update).
+        updates: the updates of `local` against the global model.
+        rejected: the rejected updates, in collaborator order.
+    """
+
+    local: list[tuple[str, Mapping[str, np.ndarray], float]]
+    updates: RoundTensors
+    rejected: tuple[Any, ...]
 
 
 def check_clip_norm(clip_norm: float) -> None:
@@ -350,10 +389,18 @@ class Aggregator:
 
 def _aggregators() -> Registry[Aggregator]:
     """The aggregator wildcard values of every registered (rule, DP mode) pair, by DP mode
-    then rule (fedavg, simagg, dp_simagg, dp_fedavg)."""
+    then rule (fedavg, simagg, dp_simagg, dp_fedavg): derived once per content of `RULES` and
+    `DP_MODES`, so registering or removing a rule or a DP mode adds or removes its values."""
+    return _derive_aggregators(tuple(RULES.items()), tuple(DP_MODES.items()))
+
+
+@lru_cache(maxsize=4)
+def _derive_aggregators(
+    rules: tuple[tuple[str, AggregationRule], ...], modes: tuple[tuple[str, DPMode], ...]
+) -> Registry[Aggregator]:
     found: dict[str, tuple[str, bool, list[str]]] = {}
-    for dpmode, mode in DP_MODES.items():
-        for rule_name, rule in RULES.items():
+    for dpmode, mode in modes:
+        for rule_name, rule in rules:
             if mode.accepts(rule):
                 name = wildcard_name(rule_name, mode.private)
                 found.setdefault(name, (rule_name, mode.private, []))[2].append(dpmode)
@@ -364,9 +411,8 @@ def _aggregators() -> Registry[Aggregator]:
 
 
 class AggregatorNames:
-    """`Registry` lookups (names, pattern, items, [name]) over the aggregator wildcard values,
-    derived anew from `RULES` and `DP_MODES` on each use: registering a rule or a DP mode adds
-    its values, removing it removes them."""
+    """`Registry` lookups (names, pattern, items, [name]) over the aggregator wildcard values
+    of the registered rules and DP modes (`_aggregators`)."""
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(_aggregators(), attr)
@@ -420,9 +466,37 @@ class AggregatorMode:
         """The DP mode's flaws that cost accuracy but not privacy."""
         return self.dp.utility_notes
 
-    def release(self, *args: Any) -> Any:
-        """The DP mode's release of the rule (`DPMode` call shapes, without the rule)."""
-        return self.dp.release(self.rule, *args)
+    def sound_sigma(self, cfg: ServerConfig, n_chosen: int) -> tuple[float, float]:
+        """(σ, Δf) of a whole-model DP mode's one mechanism per round of `n_chosen` updates
+        (the rule's sensitivity, calibrated at the run's ε0, δ0)."""
+        from dpmed.privacy.mechanisms import calibrate  # scipy: imported on first use
+
+        delta_f = self.sensitivity(cfg.clip_norm, n_chosen)
+        return calibrate(cfg.sound_calibration, delta_f, cfg.epsilon0, cfg.delta0), delta_f
+
+    def aggregate(
+        self, cfg: ServerConfig, screened: ScreenedRound, rng: Any
+    ) -> tuple[dict[str, np.ndarray], RoundMechanisms | None]:
+        """One round's release: the next global state from the screened round
+        (`dpmed.fets.server.screen_round`) and its mechanisms (None: no noise added). Per
+        tensor, the DP mode's release of each tensor of the global model; whole model, one
+        release of the round's updates, calibrated for the count m of every chosen
+        collaborator (rejected ones included). `rng`: the round's noise source."""
+        if not self.dp.per_tensor:
+            weights = [w for _, _, w in screened.local]
+            sigma, delta_f = self.sound_sigma(cfg, len(weights))
+            new, alpha = self.dp.release(self.rule, screened.updates, weights, cfg, sigma, rng)
+            alphas = tuple(float(a) for a in alpha)
+            mech = RoundMechanisms(1, delta_f, sigma, sigma, sigma / delta_f, alphas,
+                                   screened.rejected)  # fmt: skip
+            return new, mech
+        out: dict[str, np.ndarray] = {}
+        infos: list[MechanismInfo] = []
+        for name in screened.updates.groups:  # the global model's tensors, in its order
+            tensors = [LocalTensor(c, state[name], w) for c, state, w in screened.local]
+            out[name], info = self.dp.release(self.rule, tensors, name, cfg, rng)
+            infos += [info] if info is not None else []
+        return out, RoundMechanisms.of(infos, screened.rejected) if infos else None
 
 
 def aggregator_mode(name: str, dpmode: str) -> AggregatorMode:
@@ -487,49 +561,7 @@ class ServerConfig:
         if DP_MODES[self.dpmode].private:
             check_clip_norm(self.clip_norm)
 
-    @property
+    @cached_property
     def mode(self) -> AggregatorMode:
-        """The rule, DP mode and texts of (aggregator, dpmode)."""
+        """The rule, DP mode and texts of (aggregator, dpmode), looked up once."""
         return aggregator_mode(self.aggregator, self.dpmode)
-
-
-# --- the paper's and the baselines' releases by name ---------------------------------------
-
-
-def dp_simagg_paper_tensor(
-    tensors: Sequence[np.ndarray],
-    weights: Sequence[float],
-    tensor_name: str,
-    clip_norm: float,
-    epsilon0: float,
-    delta0: float,
-    rng: Any,
-) -> tuple[np.ndarray, MechanismInfo | None]:
-    """Algorithm 1 exactly, for one tensor (`paper_release` of SimAgg; the OpenFL adapter's
-    paper mode; None: a size-0 tensor, no mechanism)."""
-    return paper_release(
-        RULES["simagg"], tensors, weights, tensor_name, clip_norm, epsilon0, delta0, rng
-    )
-
-
-def dp_simagg_sound(
-    updates: RoundTensors,
-    weights: Sequence[float],
-    clip_norm: float,
-    sigma: float,
-    rng: Any,
-    distance: str = "l2",
-) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Sound DP-SimAgg of the round's updates (`sound_release` of SimAgg). The α are
-    non-negative with Σα ≤ 1, so the outputs of neighbouring rounds (one collaborator's update
-    replaced) both lie in the C-ball around o and differ by at most Δf = 2C."""
-    return sound_release(RULES["simagg"], updates, weights, clip_norm, sigma, rng, distance)
-
-
-def dp_fedavg(
-    updates: RoundTensors, clip_norm: float, sigma: float, rng: Any
-) -> dict[str, np.ndarray]:
-    """DP-FedAvg of the round's updates (`sound_release` of FedAvg, McMahan et al. 2018):
-    o + mean of the updates clipped jointly to C + N(0, σ²I), σ = z·C/m; with replace-one
-    adjacency Δf = 2C/m, so z = 2σ/Δf. Returns the noisy new state by tensor name."""
-    return sound_release(RULES["fedavg"], updates, np.ones(updates.n), clip_norm, sigma, rng)[0]

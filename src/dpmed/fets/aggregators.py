@@ -222,36 +222,3 @@ RULES.add(
         dp_weighting="similarity weights on clipped updates, Delta f = 2C",
     ),
 )
-
-
-# --- per-tensor functions (FeTS/OpenFL call shape) -----------------------------------------
-
-
-def fedavg(
-    local_tensors: Sequence[LocalTensor],
-    tensor_db: Any = None,
-    tensor_name: str = "",
-    fl_round: int = 0,
-    collaborators_chosen_each_round: Any = None,
-    collaborator_times_per_round: Any = None,
-) -> np.ndarray:
-    """FedAvg of one tensor, Σ W_i T_i / Σ W_i (FeTS challenge call shape)."""
-    group = TensorGroup.of([t.tensor for t in local_tensors])
-    return group.combine(normalised_weights([t.weight for t in local_tensors]))
-
-
-def simagg(
-    local_tensors: Sequence[LocalTensor],
-    tensor_db: Any = None,
-    tensor_name: str = "",
-    fl_round: int = 0,
-    collaborators_chosen_each_round: Any = None,
-    collaborator_times_per_round: Any = None,
-    distance: str = "l2",
-) -> np.ndarray:
-    """Non-private SimAgg of one tensor (FeTS challenge call shape): weight and bias tensors get
-    the similarity weighting of Algorithm 1 lines 10–18 without clipping or noise, other
-    tensors FedAvg. `distance`: a `SIMAGG_DISTANCES` name."""
-    group = TensorGroup.of([t.tensor for t in local_tensors])
-    weights = [t.weight for t in local_tensors]
-    return group.combine(tensor_weights(similarity, group, weights, tensor_name, distance))

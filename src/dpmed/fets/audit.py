@@ -1,5 +1,5 @@
 """Audits of private fets cells with canary collaborator updates (setting `update`;
-`dpmed.privacy.audit`).
+`dpmed.audit`).
 
 The fets guarantee is collaborator-level with replace-one adjacency: neighbouring rounds differ
 in one chosen collaborator's model tensors. Each of the m canaries is one more collaborator of
@@ -33,6 +33,7 @@ from dpmed.fets import run as fets_run
 from dpmed.fets.aggregation import DP_MODES, flatten_state
 from dpmed.fets.collaborator import state_to_numpy
 from dpmed.fets.server import Local, Server, ServerConfig
+from dpmed.fets.spec import SPEC
 from dpmed.privacy.audit.bound import best_audit
 from dpmed.privacy.audit.cell import CellAudit, audit_generator, require_setting
 from dpmed.runtime import JobContext
@@ -109,7 +110,7 @@ def audit_cell(
     noise_scale: float = 1.0,
 ) -> CellAudit:
     """Run the private fets cell of `job` with `canaries` canary collaborators and audit it."""
-    require_setting("fets", setting)
+    require_setting("fets", setting, SPEC.audit_settings)
     if not DP_MODES[job.wildcards["dpmode"]].private:
         raise ValueError(f"fets cell {job.wildcards} is not private: nothing to audit")
     prepared = fets_run.prepare(job)

@@ -252,7 +252,7 @@ def _lesion_dice(rounds_paths: Sequence[str], runs: pd.DataFrame) -> pd.DataFram
                        last=[lesion[r][1] for r in mine["run"]])  # fmt: skip
 
 
-def fets_observations(
+def study_observations(
     metrics_paths: Sequence[str], resources_paths: Sequence[str], rounds_paths: Sequence[str] = ()
 ) -> tuple[tuple[Claim, ...], pd.DataFrame]:
     """The registered claims and their observations from the fets runs' files."""

@@ -5,14 +5,15 @@ matplotlib (the aggregator registry it reads needs only numpy)."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dpmed.config.study import SweepResult, Wildcards, block_params, param_key
-from dpmed.config.wildcards import EPS_PATTERN, NUMBER_PATTERN, format_eps
+from dpmed.config.wildcards import EPS_PATTERN, NUMBER_PATTERN, format_eps, parse_eps
 from dpmed.errors import ConfigError
-from dpmed.fets.aggregation import AGGREGATORS, DP_MODES, SIMAGG_DISTANCES
+from dpmed.fets.aggregation import AGGREGATORS, DP_MODES, SIMAGG_DISTANCES, ServerConfig
 
 AXES = (("aggregators", "aggregator"), ("dpmodes", "dpmode"), ("eps", "eps"), ("seeds", "seed"))
 # The wildcards runs that pair share (`StudySpec.paired`): every compared factor varies.
@@ -34,6 +35,25 @@ def aggregator_name(aggregator: str) -> str:
     """The registered aggregator of an aggregator wildcard (`dp_fedavg-rho0.4` → `dp_fedavg`)."""
     match = _RHO.match(aggregator)
     return match.group(1) if match else aggregator
+
+
+def server_config(
+    params: Mapping[str, Any], wildcards: Mapping[str, str], noise_seed: int | None
+) -> ServerConfig:
+    """The aggregator settings of a fets job (wildcards aggregator, dpmode, eps; params), its
+    server noise seeded by `noise_seed` (None: OS entropy). A participation sweep's `-rho<ρ>`
+    suffix of the aggregator wildcard is in the params."""
+    eps0 = parse_eps(wildcards["eps"])
+    return ServerConfig(
+        aggregator=aggregator_name(wildcards["aggregator"]),
+        dpmode=wildcards["dpmode"],
+        epsilon0=None if math.isinf(eps0) else float(eps0),
+        delta0=float(params["delta"]),
+        clip_norm=float(params["clip_norm"]),
+        simagg_distance=params["simagg_distance"],
+        sound_calibration=params["sound_calibration"],
+        seed=noise_seed,
+    )
 
 
 def participation_override(aggregator: str) -> dict[str, float]:

@@ -11,50 +11,44 @@ tensor_name, fl_round, collaborators_chosen_each_round, collaborator_times_per_r
 `tensor_db` is the aggregator's TensorDB table (columns tensor_name, origin, round, report,
 tags, nparray) and `local_tensors` items carry `.col_name`, `.tensor` and `.weight`.
 
-On a round's first call both modes read the round from that table by exact key
+On a round's first call it reads the round from that table by exact key
 (`openfl_fetch_round`; docs/openfl.md lists the keys OpenFL 1.9 writes), never through
-`TensorDB.search`, which falls back to other rounds' rows when nothing matches. They raise
+`TensorDB.search`, which falls back to other rounds' rows when nothing matches. It raises
 unless there is exactly one row per (chosen collaborator, model tensor) and the rows are the
 tensors OpenFL passed. A site whose OpenFL stores rounds differently passes its own
 `fetch_round(tensor_db, fl_round, collaborators) -> (global: {name: array}, local:
 {collaborator: {name: array}})`.
 
-- `mode="paper"`: Algorithm 1 on each tensor as it is called (with a seed, noise seeded by
-  (seed, fl_round, tensor_name), so the call order does not matter).
-- `mode="sound"`: clipping is joint over the whole-model update, which one per-tensor call
-  cannot see: the first call of a round aggregates the round once (`Server.aggregate`, Δf = 2C,
-  one mechanism) and every tensor of the round is answered from that result.
-
-Both modes screen the round on its first call with the simulation's screen
-(`dpmed.fets.server.screen_round`): a degenerate round raises, and an update with a tensor of
-another shape, a non-finite entry or a norm beyond `MAX_UPDATE_NORM` counts as a zero update,
-with a warning naming the collaborator and the tensor on the logger `dpmed.fets.server`; no
-tensor with a non-finite entry is returned (`check_model`).
+Then it aggregates the whole round once, with the simulation's server (`Server.aggregate`):
+the screen (`dpmed.fets.server.screen_round`: a degenerate round raises; an update with a
+tensor of another shape, a non-finite entry or a norm beyond `MAX_UPDATE_NORM` counts as a
+zero update, with a warning naming the collaborator and the tensor on the logger
+`dpmed.fets.server`), then the aggregator wrapped by its DP mode — paper (Algorithm 1 on each
+tensor) or sound (the whole-model update clipped jointly, one mechanism) — so a deployment
+and a simulation of the same round release the same function of it, with the same noise
+stream when seeded. Every tensor of the round is answered from that result.
 
 By default the noise of every release comes from fresh OS entropy (`secure_generator` in
 `dpmed.privacy.mechanisms`), so nobody can regenerate and subtract it. Pass `seed` only to
 reproduce a run (tests, simulations): anyone who knows the seed can remove the noise.
 
 Each round's privacy record (the simulation's rounds.csv privacy columns plus mode, ε0, δ0, C
-and noise source) is kept in `.records` and logged at INFO on this module's logger, once per
-round in sound mode and after every tensor in paper mode.
+and noise source) is kept in `.records` and logged at INFO on this module's logger.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from dpmed.fets import aggregation as agg
-from dpmed.fets.aggregation import AGGREGATORS, DP_MODES, ServerConfig
+from dpmed.fets.aggregation import AGGREGATORS, DP_MODES, RoundMechanisms, ServerConfig
 from dpmed.fets.privacy import round_columns
-from dpmed.fets.server import RoundMechanisms, Server, check_model, noise_generator, screen_round
+from dpmed.fets.server import Server
 from dpmed.privacy.mechanisms import noise_source
 
 logger = logging.getLogger(__name__)
@@ -139,9 +133,12 @@ def openfl_fetch_round(
     return global_state, local
 
 
-class DPSimAggFunction(ABC):
-    """A FeTS-challenge aggregation function: reads and checks each round's inputs on its first
-    call; `release` answers one tensor. `records` holds one privacy record per round."""
+class AggregationFunction:
+    """A FeTS-challenge aggregation function of one `ServerConfig`: on a round's first call it
+    reads and checks the round and aggregates it once with the simulation's server
+    (`Server.aggregate`: the screen, the rule wrapped by its DP mode, the round's noise
+    stream); every tensor of the round is answered from that result. `records` holds one
+    privacy record per round."""
 
     def __init__(self, cfg: ServerConfig, fetch: RoundFetcher, first_round: int = 0) -> None:
         self.cfg, self.fetch, self.first_round = cfg, fetch, first_round
@@ -149,6 +146,7 @@ class DPSimAggFunction(ABC):
         self.weights: dict[str, float] = {}
         self.global_state: Tensors = {}
         self.local: dict[str, Tensors] = {}
+        self.result: Tensors = {}
         self.records: list[dict[str, Any]] = []
 
     def __call__(
@@ -162,15 +160,20 @@ class DPSimAggFunction(ABC):
     ) -> np.ndarray:
         weights = {t.col_name: float(t.weight) for t in local_tensors}
         if self.round != fl_round:
-            self.round = None  # until the new round is read, checked and started
+            self.round = None  # until the new round is read, checked and aggregated
             self.global_state, self.local = self.fetch(tensor_db, fl_round, list(weights))
             self.weights = weights
             self._check(local_tensors, weights, tensor_name, fl_round)
-            self.start_round(fl_round)
+            triples = [(c, self.local[c], w) for c, w in weights.items()]
+            self.result, mech = Server(self.cfg).aggregate(
+                self.global_state, triples, fl_round + self.first_round
+            )
+            if mech is not None:
+                self._record(fl_round, mech)
             self.round = fl_round
         else:
             self._check(local_tensors, weights, tensor_name, fl_round)
-        return self.release(local_tensors, tensor_name, fl_round)
+        return self.result[tensor_name]
 
     def _check(
         self, local_tensors: Sequence[Any], weights: dict, tensor_name: str, fl_round: int
@@ -188,16 +191,8 @@ class DPSimAggFunction(ABC):
                     "the tensor OpenFL passed"
                 )
 
-    @abstractmethod
-    def start_round(self, fl_round: int) -> None:
-        """Called once per round after its inputs are read and checked."""
-
-    @abstractmethod
-    def release(self, local_tensors: Sequence[Any], tensor_name: str, fl_round: int) -> np.ndarray:
-        """The noisy aggregate of one tensor."""
-
     def _record(self, fl_round: int, mech: RoundMechanisms) -> None:
-        """Keeps and logs the round's privacy record (replacing the round's previous one)."""
+        """Keeps and logs the round's privacy record."""
         cfg = self.cfg
         record = {
             "round": int(fl_round),
@@ -210,57 +205,10 @@ class DPSimAggFunction(ABC):
             "noise_source": noise_source(cfg.seed),
             **round_columns(cfg, fl_round + 1, mech),  # OpenFL counts rounds from 0
         }
-        if cfg.dpmode == "sound":
+        if not DP_MODES[cfg.dpmode].per_tensor:
             record["calibration"] = cfg.sound_calibration
-        if self.records and self.records[-1]["round"] == record["round"]:
-            self.records[-1] = record
-        else:
-            self.records.append(record)
-        logger.info("DP-SimAgg round record: %s", json.dumps(record, default=float))
-
-
-class _Paper(DPSimAggFunction):
-    """Algorithm 1 per tensor on the screened round; the round's record counts every tensor
-    released so far."""
-
-    def start_round(self, fl_round: int) -> None:
-        triples = [(c, self.local[c], w) for c, w in self.weights.items()]
-        self.screened = screen_round(self.global_state, triples, fl_round)
-        self.infos: list[agg.MechanismInfo] = []
-
-    def release(self, local_tensors: Sequence[Any], tensor_name: str, fl_round: int) -> np.ndarray:
-        cfg = self.cfg
-        states = {c: state for c, state, _ in self.screened.local}
-        out, info = agg.dp_simagg_paper_tensor(
-            [np.asarray(states[t.col_name][tensor_name]) for t in local_tensors],
-            [float(t.weight) for t in local_tensors],
-            tensor_name, cfg.clip_norm, cfg.epsilon0, cfg.delta0,
-            noise_generator(cfg.seed, fl_round + self.first_round, tensor_name),
-        )  # fmt: skip
-        check_model({tensor_name: out}, f"round {fl_round}: the aggregate")
-        if info is None:  # a size-0 tensor: no mechanism
-            return out
-        self.infos.append(info)
-        sigmas = [i.sigma for i in self.infos]
-        self._record(fl_round, RoundMechanisms(
-            len(self.infos), max(i.delta_f for i in self.infos), max(sigmas), min(sigmas),
-            min(i.noise_multiplier for i in self.infos), rejected=self.screened.rejected,
-        ))  # fmt: skip
-        return out
-
-
-class _Sound(DPSimAggFunction):
-    """Sound DP-SimAgg on the whole round, aggregated on the round's first call."""
-
-    def start_round(self, fl_round: int) -> None:
-        triples = [(c, self.local[c], w) for c, w in self.weights.items()]
-        self.result, mech = Server(self.cfg).aggregate(
-            self.global_state, triples, fl_round + self.first_round
-        )
-        self._record(fl_round, mech)
-
-    def release(self, local_tensors: Sequence[Any], tensor_name: str, fl_round: int) -> np.ndarray:
-        return self.result[tensor_name]
+        self.records.append(record)
+        logger.info("%s round record: %s", cfg.mode.label, json.dumps(record, default=float))
 
 
 def fets_dp_simagg(
@@ -273,15 +221,20 @@ def fets_dp_simagg(
     distance: str = "l2",
     fetch_round: RoundFetcher = openfl_fetch_round,
     first_round: int = 0,
-) -> DPSimAggFunction:
-    """A FeTS-challenge aggregation function running DP-SimAgg in `mode` paper or sound; noise
-    from OS entropy unless `seed` is given (reproducible, not for deployment). `first_round` is
-    the number the server gives OpenFL's round 0 in the seeded noise stream (and in sound
-    mode's screen messages): 1 numbers rounds as `dpmed.fets.run` does, so a seeded
-    federation draws the simulation's noise."""
-    if mode not in AGGREGATORS["dp_simagg"].modes:
-        known = ", ".join(AGGREGATORS["dp_simagg"].modes)
-        raise ValueError(f"unknown DP-SimAgg mode '{mode}' (known: {known})")
-    cfg = ServerConfig("dp_simagg", mode, epsilon0, delta0, clip_norm, distance, calibration,
+    aggregator: str = "dp_simagg",
+) -> AggregationFunction:
+    """A FeTS-challenge aggregation function running the private `aggregator` (DP-SimAgg by
+    default, or DP-FedAvg) in DP `mode` (paper or sound for DP-SimAgg) as the simulation's
+    server does; noise from OS entropy unless `seed` is given (reproducible, not for
+    deployment). `first_round` is the number the server gives OpenFL's round 0 in the seeded
+    noise stream and the screen's messages: 1 numbers rounds as `dpmed.fets.run` does, so a
+    seeded federation draws the simulation's noise."""
+    if aggregator not in AGGREGATORS or not AGGREGATORS[aggregator].private:
+        known = ", ".join(a for a in AGGREGATORS if AGGREGATORS[a].private)
+        raise ValueError(f"unknown private aggregator '{aggregator}' (known: {known})")
+    if mode not in AGGREGATORS[aggregator].modes:
+        known = ", ".join(AGGREGATORS[aggregator].modes)
+        raise ValueError(f"unknown {aggregator} mode '{mode}' (known: {known})")
+    cfg = ServerConfig(aggregator, mode, epsilon0, delta0, clip_norm, distance, calibration,
                        seed)  # fmt: skip
-    return (_Sound if mode == "sound" else _Paper)(cfg, fetch_round, first_round)
+    return AggregationFunction(cfg, fetch_round, first_round)

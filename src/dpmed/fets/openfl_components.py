@@ -9,18 +9,24 @@ deploy/openfl/, launcher `dpmed.fets.openfl_deploy`).
   `dpmed.fets.run.build_federation` / `aggregate_round` (OpenFL counts rounds from 0, the
   simulation from 1).
 - `FetsAssigner`: every collaborator validates the global model each round, the chosen ones
-  (dpmed's selection schedule, `dpmed.fets.selection`) also train.
+  (dpmed's selection schedule, `dpmed.fets.selection`) also train; after the plan's rounds,
+  one more round in which they only validate the final model.
 - `DPSimAggregation`: `fets_dp_simagg` as a privileged OpenFL aggregation function; after each
   round it appends the round's privacy record to `<output_dir>/dp_rounds.jsonl` and writes the
   released global model to `<output_dir>/released_model.npz` (OpenFL's last.pbuf holds the
-  model a round started from, never the final aggregate).
+  model a round started from, never the final aggregate); the record names the round's
+  trainers (`chosen`, in the order they were aggregated).
 - `FetsAggregator`: OpenFL's aggregator that stops the federation instead of waiting forever
   (OpenFL 1.9 waits for every collaborator of a round, and a round it cannot aggregate hangs it):
   a round not ended `round_timeout` s after it started names the collaborators that have not
   reported; a round whose uploads lack a tensor of the model or hold one it lacks names the
   collaborator and the tensor. It logs the error, writes it to `<output_dir>/dp_failure.txt`
   and exits with code 1. A tensor of another shape or with a non-finite entry is screened by
-  `DPSimAggregation` instead (a zero update, counted in the round's record).
+  `DPSimAggregation` instead (a zero update, counted in the round's record). It runs the
+  assigner's validation-only round after the plan's `rounds_to_train`, and appends each
+  round's validation scores, averaged over the collaborators weighted by their validation
+  subjects (the simulation's mean over all subjects), to `<output_dir>/validation.jsonl`:
+  OpenFL's round r validates the model released after r rounds.
 
 Collaborator names are the FeTS partition ids ("1", "2", ...): the schedule is drawn over them
 and each collaborator's training seed includes its name, as in the simulation.
@@ -57,6 +63,8 @@ from dpmed.seeding import stable_seed
 
 TRAIN, VALIDATE = "train", "aggregated_model_validation"
 RECORDS, RELEASED, FAILURE = "dp_rounds.jsonl", "released_model.npz", "dp_failure.txt"
+VALIDATION = "validation.jsonl"
+DICE = "dice_mean_labels"  # the validation metric OpenFL ranks models by (tag validate_agg)
 logger = logging.getLogger(__name__)
 
 
@@ -158,17 +166,21 @@ class FetsTaskRunner(TaskRunner):
     def validate_task(
         self, col_name: str, round_num: int, input_tensor_dict: dict, **kwargs: Any
     ) -> tuple[dict, dict]:
-        """Mean Dice over the labels on this site's validation subjects (a metric, no noise)."""
+        """The mean of each score (Dice per label and region, HD95 when on) over this site's
+        validation subjects and the mean Dice over the labels, as metrics (no noise)."""
         scores = self._site().validate(input_tensor_dict)
-        dice = np.mean([[s[f"dice_label{v}"] for v in LABEL_VALUES] for s in scores])
-        key = TensorKey("dice_mean_labels", col_name, round_num, True, ("metric", "validate_agg"))
-        return {key: np.array(dice)}, {}
+        means = {k: float(np.mean([s[k] for s in scores])) for k in scores[0]}
+        means[DICE] = float(np.mean([means[f"dice_label{v}"] for v in LABEL_VALUES]))
+        return {TensorKey(k, col_name, round_num, True,
+                          ("metric", "validate_agg") if k == DICE else ("metric",)): np.array(v)
+                for k, v in means.items()}, {}  # fmt: skip
 
 
 class FetsAssigner(Assigner):
     """All collaborators validate each round; the round's chosen ones (dpmed's schedule over the
     partition ids, `selection.schedule(ids, participation, rounds, strategy, schedule_seed)`)
-    also train, in the schedule's order (the order OpenFL passes them to the aggregation)."""
+    also train, in the schedule's order (the order OpenFL passes them to the aggregation).
+    Round `rounds_to_train` (`FetsAggregator`'s last) only validates the final model."""
 
     def __init__(
         self,
@@ -195,17 +207,25 @@ class FetsAssigner(Assigner):
         self.everyone = [str(c) for c in ids]
         self.all_tasks_in_groups = [VALIDATE, TRAIN]
 
+    def trainers(self, round_number: int) -> list[str]:
+        """The collaborators that train in OpenFL's round `round_number` (none in the last)."""
+        return list(self.chosen[round_number]) if round_number < self.rounds else []
+
     def get_tasks_for_collaborator(self, collaborator_name: str, round_number: int) -> list[str]:
-        return [VALIDATE, TRAIN] if collaborator_name in self.chosen[round_number] else [VALIDATE]
+        return [VALIDATE, TRAIN] if collaborator_name in self.trainers(round_number) else [VALIDATE]
 
     def get_collaborators_for_task(self, task_name: str, round_number: int) -> list[str]:
-        return list(self.chosen[round_number]) if task_name == TRAIN else list(self.everyone)
+        return self.trainers(round_number) if task_name == TRAIN else list(self.everyone)
+
+    def get_all_tasks_for_round(self, round_number: int) -> list[str]:
+        return [VALIDATE, TRAIN] if round_number < self.rounds else [VALIDATE]
 
 
 class DPSimAggregation(PrivilegedAggregationFunction):
     """`fets_dp_simagg(epsilon0, delta0, clip_norm, mode, calibration, seed, distance,
-    first_round=1)` for OpenFL's plan; `seed` None (a deployment) draws the noise from OS
-    entropy. Writes each released round to `output_dir` (module docstring)."""
+    first_round=1, aggregator)` for OpenFL's plan (DP-SimAgg, or another private aggregator);
+    `seed` None (a deployment) draws the noise from OS entropy. Writes each released round to
+    `output_dir` (module docstring)."""
 
     def __init__(
         self,
@@ -217,10 +237,12 @@ class DPSimAggregation(PrivilegedAggregationFunction):
         distance: str = "l2",
         seed: int | None = None,
         output_dir: str = "save",
+        aggregator: str = "dp_simagg",
     ) -> None:
         super().__init__()
         self.func = fets_dp_simagg(float(epsilon0), float(delta0), float(clip_norm), mode,
-                                   calibration, seed, distance, first_round=1)  # fmt: skip
+                                   calibration, seed, distance, first_round=1,
+                                   aggregator=aggregator)  # fmt: skip
         self.output = Path(output_dir)
         self.round: int | None = None
         self.released: dict[str, np.ndarray] = {}
@@ -243,17 +265,18 @@ class DPSimAggregation(PrivilegedAggregationFunction):
         with open(partial, "wb") as handle:
             np.savez(handle, **self.released)
         os.replace(partial, self.output / RELEASED)
-        with open(self.output / RECORDS, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(self.func.records[-1], default=float) + "\n")
+        record = {**self.func.records[-1], "chosen": list(self.func.weights)}
+        append_line(self.output / RECORDS, record)
 
 
 class FetsAggregator(Aggregator):
-    """OpenFL's `Aggregator` with a round timeout and a check of each round's uploads before
-    OpenFL aggregates them (module docstring); `round_timeout` in seconds."""
+    """OpenFL's `Aggregator` with a round timeout, a check of each round's uploads before
+    OpenFL aggregates them and the validation-only last round (module docstring);
+    `round_timeout` in seconds."""
 
-    def __init__(self, *args: Any, round_timeout: float = 300.0, output_dir: str = "save",
-                 **kwargs: Any) -> None:  # fmt: skip
-        super().__init__(*args, **kwargs)
+    def __init__(self, *args: Any, rounds_to_train: int, round_timeout: float = 300.0,
+                 output_dir: str = "save", **kwargs: Any) -> None:  # fmt: skip
+        super().__init__(*args, rounds_to_train=int(rounds_to_train) + 1, **kwargs)
         self.round_timeout, self.output = float(round_timeout), Path(output_dir)
         self._start_timer()
 
@@ -275,12 +298,23 @@ class FetsAggregator(Aggregator):
         if not self._end_of_round_check_done[fl_round]:
             chosen = self.assigner.get_collaborators_for_task(TRAIN, fl_round)
             try:
-                openfl_fetch_round(self.tensor_db, fl_round, chosen, origin=self.uuid)
+                if chosen:
+                    openfl_fetch_round(self.tensor_db, fl_round, chosen, origin=self.uuid)
             except ValueError as err:
                 self._fail(f"OpenFL {err}; the round cannot be aggregated")
         super()._end_of_round_check()
         if self.round_number != fl_round and not self._time_to_quit():
             self._start_timer()
+
+    def _compute_validation_related_task_metrics(self, task_name: str) -> dict:
+        """OpenFL's weighted average of the task's metrics; the validation's are appended to
+        `<output_dir>/validation.jsonl` with OpenFL's round."""
+        metrics = super()._compute_validation_related_task_metrics(task_name)
+        if task_name == VALIDATE:
+            prefix = f"aggregator/{VALIDATE}/"
+            scores = {k.removeprefix(prefix): float(v) for k, v in metrics.items()}
+            append_line(self.output / VALIDATION, {"round": self.round_number, **scores})
+        return metrics
 
     def _fail(self, error: str) -> None:
         """Log `error`, write it for the launcher and end the aggregator process (exit 1)."""
@@ -288,3 +322,10 @@ class FetsAggregator(Aggregator):
         self.output.mkdir(parents=True, exist_ok=True)
         (self.output / FAILURE).write_text(error + "\n", encoding="utf-8")
         os._exit(1)
+
+
+def append_line(path: Path, record: dict) -> None:
+    """Append `record` to the JSON-lines file `path` (its folder made if missing)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record, default=float) + "\n")

@@ -13,25 +13,32 @@ cell appended to the config's fets grid); a bad value stops the launcher naming 
 launch per DIR: a second one on the same folder stops at once (`DIR/.lock`, held while the
 launcher runs) and touches nothing.
 
-Steps: each partition's subjects become a site folder (DIR/sites/<id>: its splits.csv rows,
-subjects/ linked), the workspace is copied to DIR/workspace and its plan filled with the fets
-job's parameters, common seeds and a free port; `fx plan initialize` writes the initial model
-(seeded as the simulation's), then `fx aggregator start` and `fx collaborator start -n <id>`
-run until the aggregator ends. OpenFL 1.9 waits for every collaborator of a round forever,
-so the federation stops with an error: when a collaborator dies (naming it), when a round has
-not ended `--round-timeout` s after it began (the aggregator names the collaborators that have
-not reported, `openfl_components.FetsAggregator`), when a round's uploads lack a tensor of the
-model or hold one it lacks (the aggregator names the collaborator and the tensor; a tensor of
-another shape or with a non-finite entry is screened as a zero update instead), at the
-`--timeout`, and on SIGTERM or SIGINT to the launcher (naming the signal). Every process group
-is stopped (`dpmed.federation_processes`) and the outputs are written in each case.
+Steps, as OpenFL's users run a federation: each partition's subjects become a site folder
+(DIR/sites/<id>: its splits.csv rows, subjects/ linked); the workspace is copied to
+DIR/workspace, its plan filled with the fets job's parameters, common seeds and a free port,
+and its requirements.txt with this dpmed's version; `fx plan initialize` writes the initial
+model (seeded as the simulation's); `fx workspace export` packs the workspace
+(DIR/workspace/workspace.zip) and each site imports it (`fx workspace import`, in
+DIR/imports/<id>); then `fx aggregator start` in DIR/workspace and `fx collaborator start -n
+<id>` in each site's import run until the aggregator ends. OpenFL 1.9 waits for every
+collaborator of a round forever, so the federation stops with an error: when a collaborator
+dies (naming it), when a round has not ended `--round-timeout` s after it began (the aggregator
+names the collaborators that have not reported, `openfl_components.FetsAggregator`), when a
+round's uploads lack a tensor of the model or hold one it lacks (the aggregator names the
+collaborator and the tensor; a tensor of another shape or with a non-finite entry is screened
+as a zero update instead), at the `--timeout`, and on SIGTERM or SIGINT to the launcher (naming
+the signal). Every process group is stopped (`dpmed.federation_processes`) and the outputs are
+written in each case.
 
 Outputs in DIR: processes.json (name, pid, ports, command, log, exit code of every process;
 rewritten as each process starts), logs/, model.pt (the last released global model,
-`dpmed.models.save_model`), privacy.json (dpmed's fets record over the released rounds,
-`dpmed.fets.privacy.privacy_record`, plus `extra.deployment`: engine, rounds planned, released
-and not released, status) and federation.json (status, error, wall seconds). Rounds count from
-1 as in `dpmed.fets.run` (OpenFL's round r is round r + 1 here).
+`dpmed.models.save_model`), rounds.csv (`rounds_frame`: per round the validation scores of its
+global model and its privacy columns), privacy.json (dpmed's fets record over the released
+rounds, `dpmed.fets.privacy.privacy_record`, its `not_covered` the files of DIR that the
+guarantee does not cover (`NOT_COVERED`), plus `extra.deployment`: engine, rounds planned,
+released and not released, status) and federation.json (status, error, wall seconds). Rounds
+count from 1 as in `dpmed.fets.run` (OpenFL's round r is round r + 1 here); a progress line
+per round gives its model's Dice and the ε spent once the collaborators have validated it.
 
 `--seeded` seeds the server's noise with the job seed, as the simulation does, so the
 federation reproduces `dpmed.fets.run` (tests); without it the noise comes from OS entropy, as
@@ -45,11 +52,12 @@ import argparse
 import copy
 import json
 import math
+import re
 import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +65,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+import dpmed
 from dpmed import federation_processes as fp
 from dpmed.config.checks import check_config, load_configs
 from dpmed.config.grid import common_seed, job_seed
@@ -65,8 +74,9 @@ from dpmed.data import fets
 from dpmed.data.stage import synthetic_processed
 from dpmed.errors import ConfigError
 from dpmed.fets import privacy
+from dpmed.fets.aggregation import AGGREGATORS, DP_MODES
 from dpmed.fets.brats import LABEL_VALUES
-from dpmed.fets.grid import aggregator_name
+from dpmed.fets.grid import server_config
 from dpmed.fets.server import ServerConfig
 from dpmed.install import workflow_file
 from dpmed.io import write_csv, write_json
@@ -78,7 +88,33 @@ TASK_RUNNER_KEYS = ("base_filters", "depth", "norm", "local_epochs", "lr", "batc
                     "patch_size", "patches_per_subject", "hd95")  # fmt: skip
 # openfl_components' outputs
 RECORDS, RELEASED, FAILURE = "dp_rounds.jsonl", "released_model.npz", "dp_failure.txt"
-OUTPUTS = ("workspace", "logs", "model.pt", "privacy.json", "federation.json", "processes.json")
+VALIDATION = "validation.jsonl"
+# What a run writes to DIR beside model.pt (covered), and why the guarantee does not cover it.
+NOT_COVERED = {
+    "rounds.csv": "the Dice and HD95 scores of every round's global model, computed on the "
+    "collaborators' own validation subjects without noise; chosen, the seeded, "
+    "data-independent schedule, treated as public; rejected, the updates the server's screen "
+    "rejected, read from the uploads without noise",
+    "privacy.json": "extra.rejected_updates, the screen's rejections over the run, read from "
+    "the uploads without noise; extra.deployment, how the run ended",
+    "logs": "the processes' logs: the validation scores, the screen's warnings naming a "
+    "rejected collaborator and tensor, timings",
+    "federation.json": "status, error and wall-clock seconds, a side channel the guarantee "
+    "does not model",
+    "processes.json": "the processes' commands, ids, ports and exit codes",
+    "workspace": "the aggregator's OpenFL workspace: the plan (with --seeded, the noise seed), "
+    "workspace.zip, and in save/ the round records (dp_rounds.jsonl), the validation scores "
+    "(validation.jsonl) and best.pbuf, the global model OpenFL kept for its best validation "
+    "Dice, a choice made from those scores; the released models in save/ (init.pbuf, "
+    "last.pbuf, released_model.npz) are covered",
+    "imports": "each site's import of workspace.zip: the same plan",
+    "sites": "the collaborators' data (their splits.csv rows, links to their subjects), what "
+    "the guarantee protects; in a deployment it never leaves its site",
+    "data": "the synthetic FeTS data the launcher generated (no --processed)",
+    ".lock": "the launcher's process id (one launch per folder)",
+}
+OUTPUTS = ("workspace", "imports", "logs", "model.pt", "rounds.csv", "privacy.json",
+           "federation.json", "processes.json")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -115,29 +151,13 @@ def site_folders(processed: Path, root: Path, partitions: Sequence[int]) -> dict
     return {str(p): subset_folder(processed, root / str(p), [p]) for p in partitions}
 
 
-def server_config(params: Mapping[str, Any], wildcards: Mapping[str, str],
-                  noise_seed: int | None) -> ServerConfig:  # fmt: skip
-    """The aggregator's settings, as `dpmed.fets.run.server_config` builds them."""
-    eps0 = parse_eps(wildcards["eps"])
-    return ServerConfig(
-        aggregator=aggregator_name(wildcards["aggregator"]),
-        dpmode=wildcards["dpmode"],
-        epsilon0=None if math.isinf(eps0) else float(eps0),
-        delta0=float(params["delta"]),
-        clip_norm=float(params["clip_norm"]),
-        simagg_distance=params["simagg_distance"],
-        sound_calibration=params["sound_calibration"],
-        seed=noise_seed,
-    )
-
-
 def fill_plan(plan: dict, params: Mapping[str, Any], wildcards: Mapping[str, str],
               cfg: ServerConfig, port: int, round_timeout: float = 300.0) -> dict:  # fmt: skip
     """The template plan with the job's rounds, training parameters, common seeds (init,
     local, schedule), DP settings, the aggregator's port and round timeout (s)."""
-    if cfg.aggregator != "dp_simagg" or cfg.epsilon0 is None:
-        raise ValueError("the OpenFL deployment runs DP-SimAgg (aggregator dp_simagg, a DP "
-                         f"mode and a finite eps0), not {cfg.aggregator}/{cfg.dpmode}")  # fmt: skip
+    if cfg.epsilon0 is None:
+        raise ValueError("the OpenFL deployment runs a private aggregator (a DP mode and a "
+                         f"finite eps0), not {cfg.aggregator}/{cfg.dpmode}")  # fmt: skip
     plan["aggregator"]["settings"].update(rounds_to_train=int(params["rounds"]),
                                           round_timeout=float(round_timeout))  # fmt: skip
     runner = plan["task_runner"]["settings"]
@@ -151,16 +171,28 @@ def fill_plan(plan: dict, params: Mapping[str, Any], wildcards: Mapping[str, str
         schedule_seed=common_seed("fets", wildcards, "schedule"),
     )  # fmt: skip
     plan["tasks"]["train"]["aggregation_type"]["settings"].update(
-        epsilon0=cfg.epsilon0, delta0=cfg.delta0, clip_norm=cfg.clip_norm, mode=cfg.dpmode,
+        aggregator=cfg.aggregator, epsilon0=cfg.epsilon0, delta0=cfg.delta0,
+        clip_norm=cfg.clip_norm, mode=cfg.dpmode,
         calibration=cfg.sound_calibration, distance=cfg.simagg_distance, seed=cfg.seed,
     )  # fmt: skip
     return plan
 
 
+def fill_requirements(text: str, version: str) -> str:
+    """The template's requirements.txt with its dpmed line pinned to `version`."""
+    pinned, found = re.subn(r"(?m)^dpmed\[fl\]==\S+.*$", f"dpmed[fl]=={version}", text)
+    if found != 1:
+        raise ValueError("requirements.txt: expected one `dpmed[fl]==` line to fill")
+    return pinned
+
+
 def make_workspace(workspace: Path, template: Path, plan: dict, sites: Mapping[str, Path]) -> None:
-    """Copy the template, write the filled plan, plan/cols.yaml (the authorized collaborators)
-    and plan/data.yaml (`collaborator,data folder` lines, OpenFL's format)."""
+    """Copy the template, write the filled plan, plan/cols.yaml (the authorized collaborators),
+    plan/data.yaml (`collaborator,data folder` lines, OpenFL's format) and requirements.txt
+    pinning this dpmed's version."""
     shutil.copytree(template, workspace, ignore=shutil.ignore_patterns("__pycache__"))
+    requirements = workspace / "requirements.txt"
+    requirements.write_text(fill_requirements(requirements.read_text(), dpmed.__version__))
     (workspace / "save").mkdir(exist_ok=True)
     (workspace / "plan" / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
     cols = yaml.safe_dump({"collaborators": list(sites)}, default_style=None)
@@ -175,31 +207,49 @@ def fx_command(*args: str) -> list[str]:
 
 def run_federation(workspace: Path, out: Path, collaborators: Sequence[str], port: int,
                    timeout: float, progress: Progress) -> tuple[list[fp.Process], str]:  # fmt: skip
-    """Start the aggregator and the collaborators (processes.json rewritten at each start),
-    wait until the aggregator ends, a process fails, `timeout` s pass or the launcher gets
-    SIGTERM/SIGINT (within `fp.terminated_by_signals`), printing a `progress` line per released
-    round; stop every process group. Returns (processes, error or '')."""
+    """Initialize and export the workspace, import it for each site (DIR/imports/<id>), start
+    the aggregator and the collaborators from their workspaces (processes.json rewritten at
+    each start), wait until the aggregator ends, a process fails, `timeout` s pass or the
+    launcher gets SIGTERM/SIGINT (within `fp.terminated_by_signals`), printing a `progress`
+    line per validated round; stop every process group. Returns (processes, error or '')."""
     logs, procs, error = out / "logs", [], ""
     deadline = time.monotonic() + timeout
+    imports = {c: out / "imports" / c for c in collaborators}
 
-    def started(name: str, args: Sequence[str], log: str, **ports: int) -> fp.Process:
-        procs.append(fp.start(name, fx_command(*args), logs / log, cwd=workspace, ports=ports))
+    def started(name: str, args: Sequence[str], cwd: Path, **ports: int) -> fp.Process:
+        log = logs / f"{name.replace('-', '_')}.log"
+        procs.append(fp.start(name, fx_command(*args), log, cwd=cwd, ports=ports))
         write_json(out / "processes.json", fp.process_table(procs))
         return procs[-1]
 
-    try:
-        init = started("plan-initialize", ["plan", "initialize"], "plan_initialize.log")
-        while init.alive() and time.monotonic() < deadline:
+    def steps(*named: tuple[str, Sequence[str], Path]) -> str:
+        """Run fx steps (name, arguments, folder) side by side; the first failure, or ''."""
+        for _, _, cwd in named:
+            cwd.mkdir(parents=True, exist_ok=True)
+        runs = [started(name, args, cwd) for name, args, cwd in named]
+        while any(r.alive() for r in runs) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if init.popen.poll() != 0:
-            return procs, f"fx plan initialize failed; log {init.log_path}:\n{init.log_tail()}"
-        agg = started("aggregator", ["aggregator", "start"], "aggregator.log", grpc=port)
+        failed = next((r for r in runs if r.popen.poll() != 0), None)
+        if failed is None:
+            return ""
+        return f"{failed.name} failed; log {failed.log_path}:\n{failed.log_tail()}"
+
+    try:
+        archive = workspace / f"{workspace.name}.zip"  # where fx workspace export writes it
+        error = (steps(("plan-initialize", ["plan", "initialize"], workspace))
+                 or steps(("workspace-export", ["workspace", "export"], workspace))
+                 or steps(*[(f"workspace-import-{c}", ["workspace", "import", "--archive",
+                                                      str(archive)], imports[c])
+                            for c in collaborators]))  # fmt: skip
+        if error:
+            return procs, f"fx step {error}"
+        agg = started("aggregator", ["aggregator", "start"], workspace, grpc=port)
         fp.wait_for_port(port, max(1.0, deadline - time.monotonic()), [agg])
         cols = [started(f"collaborator-{c}", ["collaborator", "start", "-n", c],
-                        f"collaborator_{c}.log") for c in collaborators]  # fmt: skip
-        released = RoundProgress(fp.NewLines(workspace / "save" / RECORDS), progress)
+                        imports[c] / workspace.name) for c in collaborators]  # fmt: skip
+        released = RoundProgress(workspace / "save", progress)
         error = watch(agg, cols, deadline, released.report, workspace / "save" / FAILURE)
-        released.report()  # the rounds released since the last check
+        released.report()  # the rounds validated since the last check
     except fp.FederationProcessError as err:
         error = str(err)
     finally:
@@ -209,19 +259,22 @@ def run_federation(workspace: Path, out: Path, collaborators: Sequence[str], por
 
 @dataclass
 class RoundProgress:
-    """One progress line per round the aggregator released: its collaborators and the ε spent
-    so far (the smaller of basic and RDP composition, as privacy.json states it)."""
+    """One progress line per released round once the collaborators validated its model (in
+    the next OpenFL round): its Dice (whole tumour, mean over the labels) and the ε spent so
+    far (the smaller of basic and RDP composition, as privacy.json states it)."""
 
-    records: fp.NewLines
+    save: Path
     progress: Progress
-    released: int = 0
+    printed: int = 0
 
     def report(self) -> None:
-        for line in self.records.read():
-            record = json.loads(line)
-            self.released += 1
+        records, scores = read_records(self.save), read_scores(self.save)
+        while self.printed < len(records) and self.printed + 1 in scores:
+            record, score = records[self.printed], scores[self.printed + 1]
+            self.printed += 1
             spent = min(record["eps_basic_cum"], record["eps_rdp_cum"])
-            self.progress.line(self.released, {"collaborators": record["collaborators"]}, spent)
+            dice = {"WT": score["dice_WT"], "dice": score["dice_mean_labels"]}
+            self.progress.line(self.printed, dice, spent)
 
 
 def watch(agg: fp.Process, cols: Sequence[fp.Process], deadline: float,
@@ -254,34 +307,66 @@ def watch(agg: fp.Process, cols: Sequence[fp.Process], deadline: float,
     return ""
 
 
-def read_records(save: Path) -> list[dict[str, Any]]:
-    """The privacy records of the released rounds, in order (one line per round)."""
-    path = save / RECORDS
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    """The complete lines of a JSON-lines file the aggregator appends to (none if missing)."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in path.read_text().split("\n")[:-1] if line.strip()]
+
+
+def read_records(save: Path) -> list[dict[str, Any]]:
+    """The privacy records of the released rounds, in order (one line per round)."""
+    return read_lines(save / RECORDS)
+
+
+def read_scores(save: Path) -> dict[int, dict[str, float]]:
+    """{r: validation scores of the global model after r rounds} (OpenFL's round r)."""
+    return {int(line.pop("round")): line for line in read_lines(save / VALIDATION)}
+
+
+def rounds_frame(records: Sequence[Mapping[str, Any]],
+                 scores: Mapping[int, Mapping[str, float]]) -> pd.DataFrame:  # fmt: skip
+    """rounds.csv: per round r (0: the initial model) the round's trainers (`chosen`), its
+    global model's validation scores and the privacy columns after r rounds, as
+    `dpmed.fets.run` writes them (its simulated times and convergence score aside); a round
+    released but not validated, or validated but not released, has the missing ones empty."""
+    rows = []
+    for r in sorted({*scores, *range(1, len(records) + 1)}):
+        record = records[r - 1] if 1 <= r <= len(records) else {}
+        rows.append({"round": r, "chosen": ";".join(record.get("chosen", [])),
+                     **scores.get(r, {}),
+                     **{c: record.get(c, math.nan) for c in privacy.ROUND_COLUMNS}})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def not_covered(out: Path, cfg: ServerConfig) -> list[str]:
+    """privacy.json's `not_covered`: each file of `out` but model.pt (privacy.json, about to
+    be written, among them), and why."""
+    written = [f"{name}: {why}" for name, why in NOT_COVERED.items()
+               if name == "privacy.json" or (out / name).exists()]  # fmt: skip
+    paper = list(privacy.PAPER_NOT_COVERED) if cfg.dpmode == "paper" else []
+    return written + paper
 
 
 def write_outputs(out: Path, workspace: Path, params: Mapping[str, Any], cfg: ServerConfig,
                   outcome: Outcome) -> None:  # fmt: skip
-    """model.pt, privacy.json and federation.json of the run (module docstring)."""
+    """rounds.csv, federation.json, model.pt and privacy.json of the run (module docstring),
+    privacy.json last: its `not_covered` names every file the run wrote."""
     from dpmed.fets.collaborator import load_numpy_state  # torch: only once a federation ran
     from dpmed.fets.run import MODEL
     from dpmed.models import build_model, save_model
 
     save = workspace / "save"
-    records = read_records(save)
+    records, scores = read_records(save), read_scores(save)
+    if records or scores:
+        write_csv(out / "rounds.csv", rounds_frame(records, scores))
     planned = list(range(1, outcome.rounds + 1))
     released = [int(r["round"]) + 1 for r in records]
     deployment = {"engine": ENGINE, "status": outcome.status, "rounds_planned": outcome.rounds,
                   "released_rounds": released,
                   "not_released_rounds": [r for r in planned if r not in released]}  # fmt: skip
+    write_json(out / "federation.json", {**asdict(outcome), **deployment})
     if records:
-        last = records[-1]
-        rejected = sum(int(r["rejected"]) for r in records)
-        record = privacy.privacy_record(cfg, len(records), last, rejected)
-        record.extra["deployment"] = deployment
-        record.write(out / "privacy.json", "fets")
         arguments = {"in_channels": len(fets.MODALITIES), "n_classes": len(LABEL_VALUES),
                      "base_filters": int(params["base_filters"]), "depth": int(params["depth"]),
                      "norm": params["norm"]}  # fmt: skip
@@ -289,7 +374,13 @@ def write_outputs(out: Path, workspace: Path, params: Mapping[str, Any], cfg: Se
         with np.load(save / RELEASED) as state:
             load_numpy_state(net, {name: state[name] for name in state.files})
         save_model(out / "model.pt", MODEL, arguments, net)
-    write_json(out / "federation.json", {**asdict(outcome), **deployment})
+        rejected = sum(int(r["rejected"]) for r in records)
+        record = privacy.privacy_record(cfg, len(records), records[-1], rejected)
+        record.extra["deployment"] = deployment
+        covers = (f"{privacy.COVERS}: here model.pt and the released models in workspace/save "
+                  "(init.pbuf, last.pbuf, released_model.npz)")  # fmt: skip
+        record = replace(record, covers=covers, not_covered=not_covered(out, cfg))
+        record.write(out / "privacy.json", "fets")
 
 
 def prepare_data(out: Path, config: Mapping[str, Any], processed: Path | None) -> Path:
@@ -348,11 +439,20 @@ def deploy(
         return outcome
 
 
-def checked_settings(config: Mapping[str, Any], sets: Sequence[tuple[str, Any]], dpmode: str,
-                     eps: str, seed: str, files: Sequence[Path]) -> dict[str, Any]:  # fmt: skip
+def checked_settings(
+    config: Mapping[str, Any],
+    sets: Sequence[tuple[str, Any]],
+    wildcards: Mapping[str, str],
+    files: Sequence[Path],
+) -> dict[str, Any]:
     """The fets parameters of a launch: `config`'s fets.defaults with `sets` applied, checked
-    with the launch's cell (dp_simagg, `dpmode`, `eps`, `seed`) appended to its fets grid as
-    the workflow checks a config; raises naming the key (and the option) of a bad value."""
+    with the launch's cell (`wildcards`: a private aggregator, its DP mode, eps0, seed)
+    appended to its fets grid as the workflow checks a config; raises naming the key (and the
+    option) of a bad value."""
+    aggregator, dpmode, eps, seed = (wildcards[k] for k in ("aggregator", "dpmode", "eps", "seed"))
+    if dpmode not in AGGREGATORS[aggregator].modes:
+        known = ", ".join(AGGREGATORS[aggregator].modes)
+        raise ConfigError("--dpmode", f"{aggregator} has no DP mode {dpmode!r} (known: {known})")
     config = copy.deepcopy(dict(config))
     config["fets"]["defaults"].update(dict(sets))
     try:
@@ -361,7 +461,7 @@ def checked_settings(config: Mapping[str, Any], sets: Sequence[tuple[str, Any]],
         raise ConfigError("--eps", f"got {eps!r}; eps0 is a positive number") from None
     if not seed.isdigit():
         raise ConfigError("--seed", f"got {seed!r}; the seed wildcard is an integer >= 0")
-    cell = {"aggregators": ["dp_simagg"], "dpmodes": [dpmode], "eps": [eps0], "seeds": [int(seed)]}
+    cell = {"aggregators": [aggregator], "dpmodes": [dpmode], "eps": [eps0], "seeds": [int(seed)]}
     config["fets"]["grid"] = [*config["fets"]["grid"], cell]
     check_config(config, workflow_file("config/schema.yaml"), files)
     return config["fets"]["defaults"]
@@ -400,7 +500,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="dpmed config: fets.defaults and data.fets")  # fmt: skip
     parser.add_argument("--set", type=_value, action="append", default=[], metavar="KEY=VALUE",
                         help="override a fets parameter, e.g. rounds=2")  # fmt: skip
-    parser.add_argument("--dpmode", default="sound", choices=["sound", "paper"])
+    private = [name for name in AGGREGATORS if AGGREGATORS[name].private]
+    parser.add_argument("--aggregator", default="dp_simagg", choices=private)
+    parser.add_argument("--dpmode", default="sound", choices=sorted(DP_MODES.names()))
     parser.add_argument("--eps", default="1", help="eps0 per round (wildcard spelling)")
     parser.add_argument("--seed", default="0", help="seed wildcard (common seeds)")
     fp.add_seeded_flag(parser)
@@ -411,13 +513,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from snakemake_interface_common.exceptions import WorkflowError  # the schema check's error
 
     config = load_configs([args.config])
+    wildcards = {"aggregator": args.aggregator, "dpmode": args.dpmode, "eps": args.eps,
+                 "seed": args.seed}  # fmt: skip
     try:
-        params = checked_settings(config, args.set, args.dpmode, args.eps, args.seed,
-                                  [args.config])  # fmt: skip
+        params = checked_settings(config, args.set, wildcards, [args.config])
     except (ValueError, WorkflowError) as err:  # a ConfigError is a ValueError
         parser.exit(2, f"{parser.prog}: refused before starting anything: {err}\n")
-    wildcards = {"aggregator": "dp_simagg", "dpmode": args.dpmode, "eps": args.eps,
-                 "seed": args.seed}  # fmt: skip
     partitions = [int(p) for p in args.partitions.split(",")]
     out = args.out.resolve()
     try:

@@ -60,7 +60,7 @@ _WRITERS = "dpmed.fets.report"
 
 # Rule name → table/figure (`dpmed.report.outputs`), in `rule all` order: a new table or figure
 # is its writer in dpmed.fets.report (the sweep's: dpmed.fets.sweep_report), its entry here and
-# its caption in workflow/report/.
+# its caption in captions/.
 REPORTS: Registry[ReportOutput] = Registry("fets report")
 for _name, _writer, _stem, _caption, _subcategory in (
     ("fets_table2", "table2", "results/tables/fets_table2", "fets_table2", "Table II"),

@@ -22,6 +22,7 @@ from dpmed.fets import run as fets_run
 from dpmed.fets.aggregation import DP_MODES
 from dpmed.fets.brats import LABEL_VALUES
 from dpmed.fets.collaborator import state_to_numpy
+from dpmed.fets.grid import server_config
 from dpmed.fets.selection import per_round
 from dpmed.fets.server import Server
 from dpmed.io import write_csv, write_npy
@@ -121,16 +122,17 @@ def probe_server(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def calibrate(config: Mapping[str, Any], job: Job, eps: float) -> Calibration:
-    """The server's σ of a whole-model DP mode (`Server.sound_sigma`), checked against δ0 with
-    the exact Gaussian privacy profile (analytic calibration) or RDP (rdp calibration). The
+    """The server's σ of a whole-model DP mode (`AggregatorMode.sound_sigma`), checked against
+    δ0 with the exact Gaussian privacy profile (analytic calibration) or RDP (rdp calibration). The
     paper mode's per-tensor classic σ is a paper approximation without a guarantee (its noise
     multiplier is reported, its check is empty)."""
-    cfg = fets_run.server_config(job_context(job))
+    context = job_context(job)
+    cfg = server_config(context.params, context.wildcards, context.seed)
     if DP_MODES[cfg.dpmode].per_tensor:
         z = math.sqrt(2.0 * math.log(1.25 / cfg.delta0)) / eps  # classic σ/Δf (Algorithm 2)
         return Calibration(eps, z, z, None, None, "paper approximation: classic σ per tensor")
     chosen = round_updates(job.params)
-    sigma, delta_f = Server(cfg).sound_sigma(chosen)
+    sigma, delta_f = cfg.mode.sound_sigma(cfg, chosen)
     z = sigma / delta_f
     if cfg.sound_calibration == "rdp":
         spent = mechanisms.rdp_epsilon(z, 1, cfg.delta0)

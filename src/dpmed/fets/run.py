@@ -28,7 +28,6 @@ resources.json, model.pt (the final global model) and config.json (`dpmed.runtim
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -40,12 +39,11 @@ from torch import nn
 
 from dpmed.checkpoint import Checkpoint
 from dpmed.config.grid import common_seed
-from dpmed.config.wildcards import parse_eps
 from dpmed.data import fets
 from dpmed.fets import privacy, selection, timing
 from dpmed.fets.brats import DICE_KEYS, LABEL_VALUES
 from dpmed.fets.collaborator import Collaborator, LocalTraining, load_numpy_state, state_to_numpy
-from dpmed.fets.grid import aggregator_name
+from dpmed.fets.grid import server_config
 from dpmed.fets.resources import ResourceMeter, Totals
 from dpmed.fets.server import Local, RoundMechanisms, Server, ServerConfig
 from dpmed.io import write_csv, write_json
@@ -100,23 +98,8 @@ def prepare(job: JobContext) -> FetsSetup:
     seed in the order a run does: the runner, the privacy audit (`dpmed.fets.audit`) and the
     preflight probes (`dpmed.fets.probe`) all start here."""
     device = job.start()
-    return FetsSetup(device, server_config(job), build_federation(job, device))
-
-
-def server_config(job: JobContext) -> ServerConfig:
-    """The aggregator settings of the job (wildcards aggregator, dpmode, eps; params). A
-    participation sweep's `-rho<ρ>` suffix of the aggregator wildcard is in the params."""
-    params, eps0 = job.params, parse_eps(job.wildcards["eps"])
-    return ServerConfig(
-        aggregator=aggregator_name(job.wildcards["aggregator"]),
-        dpmode=job.wildcards["dpmode"],
-        epsilon0=None if math.isinf(eps0) else float(eps0),
-        delta0=float(params["delta"]),
-        clip_norm=float(params["clip_norm"]),
-        simagg_distance=params["simagg_distance"],
-        sound_calibration=params["sound_calibration"],
-        seed=job.seed,  # the noise: independent per run
-    )
+    return FetsSetup(device, server_config(job.params, job.wildcards, job.seed),
+                     build_federation(job, device))  # fmt: skip
 
 
 @dataclass

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpmed.fets.aggregation import DP_MODES, MechanismInfo, ServerConfig
-from dpmed.fets.aggregators import LocalTensor, normalised_weights
+from dpmed.fets.aggregation import RoundMechanisms, ScreenedRound, ServerConfig
+from dpmed.fets.aggregators import normalised_weights
 from dpmed.fets.round_tensors import RoundTensors, TensorGroup
 from dpmed.privacy import mechanisms
 from dpmed.privacy.normals import NormalSource
@@ -45,20 +45,6 @@ class Rejection:
     collaborator: str
     tensor: str
     reason: str
-
-
-@dataclass(frozen=True)
-class RoundMechanisms:
-    """The Gaussian mechanisms of one round: count, largest Δf and σ, smallest σ, σ/Δf, and
-    the updates rejected by the screen (counted as zero updates)."""
-
-    mechanisms: int
-    delta_f: float
-    sigma: float
-    sigma_min: float
-    noise_multiplier: float
-    alpha: tuple[float, ...] = ()
-    rejected: tuple[Rejection, ...] = ()
 
 
 Local = tuple[str, Mapping[str, np.ndarray], float]
@@ -94,22 +80,6 @@ def check_model(state: Mapping[str, np.ndarray], what: str) -> None:
     found = _fault(model.sq_norms[0], state, list(state))
     if found is not None:
         raise ValueError(f"{what}: tensor {found[0]!r} has {found[1]}; refused")
-
-
-@dataclass(frozen=True)
-class ScreenedRound:
-    """A round after `screen_round`.
-
-    Args:
-        local: the (name, state, weight) triples, weights normalised to sum 1, a rejected
-            collaborator's state replaced by the global model (a zero update).
-        updates: the updates of `local` against the global model.
-        rejected: the rejected updates, in collaborator order.
-    """
-
-    local: list[Local]
-    updates: RoundTensors
-    rejected: tuple[Rejection, ...]
 
 
 def _malformed(
@@ -172,14 +142,6 @@ class Server:
     def __init__(self, cfg: ServerConfig) -> None:
         self.cfg = cfg
 
-    def sound_sigma(self, n_chosen: int) -> tuple[float, float]:
-        """(σ, Δf) of a whole-model DP mode's one mechanism per round of `n_chosen` updates (the
-        rule's sensitivity)."""
-        cfg = self.cfg
-        delta_f = cfg.mode.sensitivity(cfg.clip_norm, n_chosen)
-        sigma = mechanisms.calibrate(cfg.sound_calibration, delta_f, cfg.epsilon0, cfg.delta0)
-        return sigma, delta_f
-
     def generator(self, fl_round: int) -> NormalSource:
         """The noise generator of round `fl_round` (`noise_generator`; a privacy audit's server
         overrides it to scale the noise, `dpmed.fets.audit`)."""
@@ -192,53 +154,6 @@ class Server:
         `screen_round`), and the round's mechanisms (None when no noise was added). Raises
         instead of returning an aggregate with a non-finite entry."""
         screened = screen_round(global_state, local, fl_round)
-        rng = self.generator(fl_round)
-        if DP_MODES[self.cfg.dpmode].per_tensor:
-            out, mech = self._per_tensor(global_state, screened, rng)
-        else:
-            out, mech = self._whole_model(screened, rng)
+        out, mech = self.cfg.mode.aggregate(self.cfg, screened, self.generator(fl_round))
         check_model(out, f"round {fl_round}: the aggregate")
         return out, mech
-
-    def _per_tensor(
-        self, global_state: Mapping[str, np.ndarray], screened: ScreenedRound, rng: NormalSource
-    ) -> tuple[dict[str, np.ndarray], RoundMechanisms | None]:
-        """The DP mode's release once per tensor; private modes: one mechanism each."""
-        cfg, mode = self.cfg, self.cfg.mode
-        out: dict[str, np.ndarray] = {}
-        infos: list[MechanismInfo] = []
-        for tensor_name in global_state:
-            local_tensors = [LocalTensor(n, s[tensor_name], w) for n, s, w in screened.local]
-            out[tensor_name], info = mode.release(local_tensors, tensor_name, cfg, rng)
-            if info is not None:
-                infos.append(info)
-        if not infos:
-            return out, None
-        sigmas = [i.sigma for i in infos]
-        return out, RoundMechanisms(
-            len(infos),
-            max(i.delta_f for i in infos),
-            max(sigmas),
-            min(sigmas),
-            min(i.noise_multiplier for i in infos),
-            rejected=screened.rejected,
-        )
-
-    def _whole_model(
-        self, screened: ScreenedRound, rng: NormalSource
-    ) -> tuple[dict[str, np.ndarray], RoundMechanisms]:
-        """The DP mode's release once on the whole model's updates; one mechanism per round,
-        calibrated for the count m of all chosen collaborators (rejected ones included)."""
-        cfg = self.cfg
-        weights = [w for _, _, w in screened.local]
-        sigma, delta_f = self.sound_sigma(len(weights))
-        new, alpha = cfg.mode.release(screened.updates, weights, cfg, sigma, rng)
-        return new, RoundMechanisms(
-            1,
-            delta_f,
-            sigma,
-            sigma,
-            sigma / delta_f,
-            tuple(float(a) for a in alpha),
-            screened.rejected,
-        )

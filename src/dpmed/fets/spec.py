@@ -4,7 +4,7 @@ torch, pandas or matplotlib."""
 
 from __future__ import annotations
 
-from dpmed.config.study import ClaimSource, StudyAudit, StudySpec
+from dpmed.config.study import StudySpec
 from dpmed.fets import grid, outputs
 
 SPEC = StudySpec(
@@ -21,11 +21,7 @@ SPEC = StudySpec(
     wildcard_params=grid.wildcard_params,
     reports=outputs.REPORTS,
     paired=grid.PAIRED,
-    claims=ClaimSource("dpmed.fets.claims:fets_observations", outputs.claims_inputs),
-    schema="dpmed.fets:schema.yaml",
-    rules="rules/fets.smk",
-    sizing="dpmed.fets.sizing:SIZING",
-    probe="dpmed.fets.probe:PROBE",
-    audit=StudyAudit(("update",), "dpmed.fets.audit:audit_cell"),
+    claims=outputs.claims_inputs,
+    audit_settings=("update",),
     choices=grid.CHOICES,
 )

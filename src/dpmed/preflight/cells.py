@@ -23,14 +23,17 @@ from typing import Any
 from dpmed.config.grid import Grid, Job
 from dpmed.config.wildcards import parse_eps
 from dpmed.sizing import study_sizing
-from dpmed.studies import STUDIES
+from dpmed.studies import STUDIES, part_module
 
 CELL_FILE = "cell.json"  # per probed cell, in the preflight's logs/<index>/ folder
 
 
 def study_rules() -> dict[str, tuple[str, ...]]:
-    """study → the job_cost rules its cells are priced under, for every registered study."""
-    return {study: tuple(study_sizing(study).rules) for study in STUDIES}
+    """study → the job_cost rules its cells are priced under, for every registered study with a
+    preflight probe (`dpmed.<study>.probe`)."""
+    return {
+        study: tuple(study_sizing(study).rules) for study in STUDIES if part_module(study, "probe")
+    }
 
 
 def shape_key(study: str, wildcards: Mapping[str, str], params: Mapping[str, Any]) -> tuple:
@@ -83,10 +86,10 @@ def rule_jobs(cell: Cell, rule: str) -> list[Job]:
 
 
 def distinct_cells(grid: Grid, studies: Iterable[str] | None = None) -> list[Cell]:
-    """The distinct cells of `grid` (of `studies`; default every registered one), in grid
-    order; every job is in exactly one."""
+    """The distinct cells of `grid` (of `studies`; default every study with a probe,
+    `study_rules`), in grid order; every job is in exactly one."""
     cells: dict[tuple, Cell] = {}
-    for study in STUDIES if studies is None else studies:
+    for study in study_rules() if studies is None else studies:
         for job in grid.jobs(study):
             key = shape_key(study, job.wc, job.params)
             cell = cells.setdefault(key, Cell(study, key, job))

@@ -9,7 +9,7 @@ RESULT.json: the probe's measures, `status` ok or error with the message, `peak_
 process's own high-water mark, `dpmed.peak_memory`) and on CUDA `peak_cuda_mb`
 (torch.cuda.max_memory_allocated).
 
-Each study's probes (`<study>.probe`, named by its `StudySpec.probe`) build the job as its
+Each study's probes (`dpmed.<study>.probe`, a study's optional part) build the job as its
 runner does (`<study>.run.prepare`) at the configured size and step it through the runner's own
 functions `steps` times, each step timed; `seconds_per_step` is the median of the steps after
 the first (the first pays for allocation and warm-up).

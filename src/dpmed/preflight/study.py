@@ -1,5 +1,5 @@
-"""What a study gives the preflight (`StudyProbe`, named by its `StudySpec.probe` and loaded
-only when a preflight runs) and the measuring tools its probes share.
+"""What a study gives the preflight (`StudyProbe`, its optional `dpmed.<study>.probe:PROBE`,
+loaded only when a preflight runs) and the measuring tools its probes share.
 
 A study's probes build its job as its runner does (`<study>.run.prepare`) at the configured
 size and time a few real steps in a child process (`dpmed.preflight.probe`); its calibration
@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpmed.config.grid import Job, job_seed
-from dpmed.registry import resolve
-from dpmed.studies import STUDIES
+from dpmed.studies import study_part
 
 if TYPE_CHECKING:
     import torch
@@ -91,8 +90,8 @@ class StudyProbe:
 
 
 def study_probe(study: str) -> StudyProbe:
-    """The `StudyProbe` that `study`'s spec names ("module:attribute"), imported now."""
-    return resolve(STUDIES[study].probe)
+    """The `StudyProbe` of `study` (`dpmed.<study>.probe:PROBE`), imported now."""
+    return study_part(study, "probe", "PROBE")
 
 
 def probe_job(spec: Mapping[str, Any], processed: Path) -> JobContext:

@@ -20,7 +20,7 @@ def summary_inputs(jobs: Mapping[str, Sequence[Any]]) -> dict[str, list[str]]:
     datasets = dict.fromkeys(job.wc["dataset"] for job in xcal)
     return {
         "seg_metrics": [f"{job.path}/metrics.json" for job in seg],
-        "seg_attacks": seg_claims.inputs(seg)["attack_paths"] if seg_claims else [],
+        "seg_attacks": seg_claims(seg)["attack_paths"] if seg_claims else [],
         "fets_rounds": [f"{job.path}/rounds.csv" for job in jobs.get("fets", [])],
         "xcal_metrics": [f"{job.path}/metrics.json" for job in xcal],
         "xcal_meta": [

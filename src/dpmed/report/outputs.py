@@ -2,7 +2,7 @@
 once (`ReportOutput`: writer, files and captions, inputs, params, when the grid asks for it);
 `rules/report.smk` generates one Snakemake rule per entry and `rule all` asks for the targets
 the entry yields for the grid. A new paper table or figure is then three things: its writer
-function, its entry, and its caption in `workflow/report/`.
+function, its entry, and its caption in the study package's `captions/`.
 
 The generated rule calls `workflow/scripts/report_output.py`, which imports the writer
 ("module:function") and calls it with the rule's named inputs (lists of paths; names starting
@@ -47,7 +47,7 @@ class ReportOutput:
     Args:
         writer: "module:function" that writes the files.
         files: writer keyword (`png_path` or `csv_path`) → (path stem without extension, caption
-            name in workflow/report/); stems may hold wildcards (`{dataset}`).
+            name in the study's captions/); stems may hold wildcards (`{dataset}`).
         subcategory: the paper's figure/table number, the report's menu entry (sorted by
             number, `dpmed.report.menu`).
         inputs: named inputs for the study's jobs: lists of paths, or functions of the

@@ -37,7 +37,7 @@ from dpmed.config.grid import Grid, Job, wildcards_from_path
 from dpmed.job_cost import MODEL, predicted
 from dpmed.report.claims import ALPHA, RUNS_SEPARATOR, Claim, decides, registered_claims
 from dpmed.sizing import study_sizing
-from dpmed.studies import STUDIES
+from dpmed.studies import STUDIES, claims_reader
 
 POWER = 0.8
 MAX_SEEDS = 1000
@@ -201,7 +201,7 @@ def plan(pairs: pd.DataFrame, claims: Mapping[str, Sequence[Claim]], cost: Cost)
 def claims_by_study(studies: Sequence[str]) -> dict[str, Sequence[Claim]]:
     """Study → its registered claims, for those of `studies` with claims (registry order)."""
     return {
-        name: registered_claims(spec.claims.reader)
+        name: registered_claims(claims_reader(name))
         for name, spec in STUDIES.items()
         if name in studies and spec.claims
     }

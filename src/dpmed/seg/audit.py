@@ -1,4 +1,4 @@
-"""Audits of private seg cells (`dpmed.privacy.audit`): the job as `dpmed.seg.run.prepare`
+"""Audits of private seg cells (`dpmed.audit`): the job as `dpmed.seg.run.prepare`
 builds it and the runner's epochs, with canaries added. Three settings:
 
 - `gradient`: white-box Dirac canaries (`dpmed.privacy.audit.dirac`) entering every DP step
@@ -40,6 +40,7 @@ from dpmed.seg import run as seg_run
 from dpmed.seg.data import SegData, Split, load_seg_data
 from dpmed.seg.evaluate import morph_output
 from dpmed.seg.losses import per_sample_loss
+from dpmed.seg.spec import SPEC
 
 SCORE_BATCH = 64
 
@@ -132,7 +133,7 @@ def audit_cell(
     noise_scale: float = 1.0,
 ) -> CellAudit:
     """Train the private seg cell of `job` with `canaries` canaries of `setting` and audit it."""
-    require_setting("seg", setting)
+    require_setting("seg", setting, SPEC.audit_settings)
     data, inputs = None, None
     if setting == "input":
         data = load_seg_data(job.processed_dir, job.wildcards["dataset"])

@@ -591,7 +591,7 @@ def _attack_observations(attacks: pd.DataFrame) -> list[dict]:
     return rows
 
 
-def seg_observations(
+def study_observations(
     metrics_paths: Sequence[str], attack_paths: Sequence[str], alignment_paths: Sequence[str]
 ) -> tuple[tuple[Claim, ...], pd.DataFrame]:
     """The registered claims and their observations from the seg runs' files."""

@@ -180,7 +180,7 @@ _WRITERS = "dpmed.seg.report"
 
 # Rule name → table/figure, in `rule all` order (`dpmed.report.outputs`): a new table or figure
 # is its writer in dpmed.seg.report, its entry here (`_add`, with the need it reads) and its
-# caption in workflow/report/.
+# caption in captions/.
 REPORTS: Registry[ReportOutput] = Registry("seg report")
 # Rule name → the `NEEDS` entry without which `rule all` does not ask for it.
 NEED_OF: dict[str, str] = {}

@@ -3,7 +3,7 @@ outputs (`dpmed.seg.outputs`). A light module: the study registry imports it at 
 
 from __future__ import annotations
 
-from dpmed.config.study import ClaimSource, StudyAudit, StudySpec
+from dpmed.config.study import StudySpec
 from dpmed.seg import grid, outputs
 
 SPEC = StudySpec(
@@ -22,11 +22,7 @@ SPEC = StudySpec(
     reports=outputs.REPORTS,
     notes=outputs.notes,
     paired=("dataset", "model", "seed"),
-    schema="dpmed.seg:schema.yaml",
-    rules="rules/seg.smk",
-    sizing="dpmed.seg.sizing:SIZING",
-    probe="dpmed.seg.probe:PROBE",
-    audit=StudyAudit(("gradient", "input", "paper-noise"), "dpmed.seg.audit:audit_cell"),
-    claims=ClaimSource("dpmed.seg.claims:seg_observations", outputs.claims_inputs),
+    audit_settings=("gradient", "input", "paper-noise"),
+    claims=outputs.claims_inputs,
     choices=grid.CHOICES,
 )

@@ -1,4 +1,4 @@
-"""Audits of private xcal cells (`dpmed.privacy.audit`): the federation as
+"""Audits of private xcal cells (`dpmed.audit`): the federation as
 `dpmed.xcal.run.prepare` builds it and the runner's rounds, with canaries entering each
 client's DP step through `Client.audit` (`gradient`: Dirac canaries, canary j belonging to
 client j mod K and sampled at that client's q; XCal-FL's signal step does not see them, a
@@ -26,6 +26,7 @@ from dpmed.privacy.dpsgd import opacus_clip_factors, trainable
 from dpmed.runtime import JobContext
 from dpmed.xcal import run as xcal_run
 from dpmed.xcal.privacy import privacy_record
+from dpmed.xcal.spec import SPEC
 
 SCORE_BATCH = 256
 
@@ -140,7 +141,7 @@ def audit_cell(
     skipped), the canaries entering through `Client.audit` (gradient) or the clients' data
     (input).
     """
-    require_setting("xcal", setting)
+    require_setting("xcal", setting, SPEC.audit_settings)
     inputs, parts = None, None
     if setting == "input":
         meta = json.loads((Path(job.processed_dir) / "meta.json").read_text())

@@ -381,7 +381,7 @@ def _step_times(private: pd.DataFrame) -> list[dict]:
     return steps + _scaled(steps, "xcal-overhead-within-80pct", MAX_OVERHEAD)
 
 
-def xcal_observations(metrics_paths: Sequence[str]) -> tuple[tuple[Claim, ...], pd.DataFrame]:
+def study_observations(metrics_paths: Sequence[str]) -> tuple[tuple[Claim, ...], pd.DataFrame]:
     """The registered claims and their observations from the xcal runs' metrics.json."""
     runs = _runs(metrics_paths)
     private = runs[runs["eps"] != "inf"]

@@ -59,7 +59,7 @@ def _run_dirs(name: str, keyword: str) -> Any:
 # Rule name → table/figure (`dpmed.report.outputs`), in `rule all` order: the tables
 # (results/tables, then the measured one in results/measured), the figures, then the
 # privacy–utility figure of the IID runs. A new one is its builder in dpmed.xcal.report, its
-# entry here and its caption in workflow/report/.
+# entry here and its caption in captions/.
 REPORTS: Registry[ReportOutput] = Registry("xcal report")
 for _folder, _names in (("tables", TABLES), ("measured", MEASURED_TABLES)):
     for _name in _names:

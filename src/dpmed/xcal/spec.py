@@ -3,7 +3,7 @@ outputs (`dpmed.xcal.outputs`). A light module: the study registry imports it at
 
 from __future__ import annotations
 
-from dpmed.config.study import ClaimSource, StudyAudit, StudySpec
+from dpmed.config.study import StudySpec
 from dpmed.xcal import grid, outputs
 
 SPEC = StudySpec(
@@ -18,11 +18,7 @@ SPEC = StudySpec(
     check=grid.check_config,
     reports=outputs.REPORTS,
     paired=("dataset", "model", "shift", "clients", "seed"),
-    claims=ClaimSource("dpmed.xcal.claims:xcal_observations", outputs.claims_inputs),
-    schema="dpmed.xcal:schema.yaml",
-    rules="rules/xcal.smk",
-    sizing="dpmed.xcal.sizing:SIZING",
-    probe="dpmed.xcal.probe:PROBE",
-    audit=StudyAudit(("gradient", "input"), "dpmed.xcal.audit:audit_cell"),
+    claims=outputs.claims_inputs,
+    audit_settings=("gradient", "input"),
     choices=grid.CHOICES,
 )

@@ -12,9 +12,7 @@ import torch
 from dpmed.privacy.audit.bound import AuditResult
 from dpmed.runtime import JobContext
 from dpmed.seeding import stable_seed
-from dpmed.studies import STUDIES
 
-AUDIT_FILE = "audit.json"
 # Canary norms tried, in units of C: a rule whose n·s(n) grows with n (NSGD, AUTO-S, PSAC)
 # lets a larger gradient through larger, up to C.
 NORM_MULTIPLES = (1.0, 10.0, 100.0, 1000.0)
@@ -29,7 +27,7 @@ class CellAudit:
         mechanism: the cell's mechanism (seg: `clip/morph`, xcal: the method, fets:
             `aggregator/dpmode`).
         setting: the canaries (`gradient`, `input`, `paper-noise`, `update`: the study's
-            `StudySpec.audit.settings`).
+            `StudySpec.audit_settings`).
         guarantee: the run's privacy record's guarantee (`dp`, `paper-approximation`).
         eps_claimed: the record's ε at `result.delta`, for the calibrated σ.
         noise_scale: the factor on the noise std actually added (1: as configured).
@@ -54,10 +52,8 @@ class CellAudit:
         return fields | asdict(self.result)
 
 
-def require_setting(study: str, setting: str) -> None:
-    """Raise ValueError unless `study` has an audit offering `setting`."""
-    audit = STUDIES[study].audit
-    offered = () if audit is None else audit.settings
+def require_setting(study: str, setting: str, offered: tuple[str, ...]) -> None:
+    """Raise ValueError unless `setting` is among the settings `offered` by `study`'s audit."""
     if setting not in offered:
         raise ValueError(f"no audit setting {setting!r} for study {study!r} (it offers {offered})")
 

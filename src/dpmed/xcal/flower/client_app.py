@@ -2,7 +2,10 @@
 
 A SuperNode is one client site. Its `--node-config` says which client it is, where its data
 live, the site's privacy policy file and the node's state folder (`NodeSettings`); the round's
-plan (`dpmed.xcal.flower.wire`) says which job the server asks it to train.
+plan (`dpmed.xcal.flower.wire`) says which job the server asks it to train. Under Flower's
+simulation engine (`flwr run` on the app's local-simulation federation: every client in one
+process on the user's own machine) a client's settings come from the run config instead
+(`NodeSettings.simulated`): the policy admitting exactly the run config's job.
 
 The node trusts its site, not the server. It refuses (the roll call and every round) a plan
 that its site's `SitePolicy` (method, ε, δ, clip norm, most rounds, schedule seed) does not
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +40,7 @@ from dpmed.runtime import JobContext
 from dpmed.xcal.client import SECRET_SEEDS, Client
 from dpmed.xcal.flower import wire
 from dpmed.xcal.flower.policy import NodeLedger, PlanRefused, SitePolicy, locked, plan_text
+from dpmed.xcal.flower.runconfig import UserValue, job_from_run_config, processed_dir
 from dpmed.xcal.methods import resolve
 from dpmed.xcal.run import (
     build_client,
@@ -48,6 +53,7 @@ from dpmed.xcal.run import (
 
 SPLITS = ("dpmed", "local")
 SEED_SOURCES = ("job", "secret")
+SIMULATION_KEYS = {"partition-id", "num-partitions"}  # a simulated node's whole node config
 
 app = ClientApp()
 
@@ -91,7 +97,7 @@ class NodeSettings:
                 f"the SuperNode's --node-config lacks {', '.join(missing)}: it needs "
                 "partition-id, data-dir, policy (the site's policy file) and state-dir"
             )
-        settings = cls(
+        return cls(
             client=int(config["partition-id"]),
             data_dir=Path(str(config["data-dir"])),
             policy=Path(str(config["policy"])),
@@ -101,11 +107,26 @@ class NodeSettings:
             device=str(config.get("device", "cpu")),
             threads=int(config.get("threads", 1)),
         )
-        if settings.split not in SPLITS or settings.seeds not in SEED_SOURCES:
-            raise ValueError(
-                f"node-config split must be one of {SPLITS}, seeds one of {SEED_SOURCES}"
-            )
-        return settings
+
+    @classmethod
+    def simulated(cls, client: int, run_config: dict[str, UserValue], run_id: int) -> NodeSettings:
+        """Client `client`'s settings in a simulation: the run config's data dealt as the
+        in-process run deals them, its `simulation-seeds`, and the policy admitting exactly the
+        run config's job, written with the client's ledger in
+        <out>/flower-simulation/run-<run_id>/site-<client>/."""
+        site = (
+            Path(str(run_config["out"])) / "flower-simulation" / f"run-{run_id}" / f"site-{client}"
+        )
+        if not (site / "policy.json").exists():
+            SitePolicy.for_job(job_from_run_config(run_config)).write(site / "policy.json")
+        seeds = str(run_config["simulation-seeds"])
+        return cls(
+            client, processed_dir(run_config), site / "policy.json", site / "state", "dpmed", seeds
+        )
+
+    def __post_init__(self) -> None:
+        if self.split not in SPLITS or self.seeds not in SEED_SOURCES:
+            raise ValueError(f"split must be one of {SPLITS}, seeds one of {SEED_SOURCES}")
 
     @property
     def noise_source(self) -> str:
@@ -116,6 +137,24 @@ class NodeSettings:
     def ledger(self) -> Path:
         """The node's ledger file in its state folder."""
         return self.state_dir / f"xcal-client-{self.client}.pt"
+
+
+def simulation() -> bool:
+    """Whether this ClientApp runs in Flower's simulation engine (a Ray worker of the `flwr run`
+    process) rather than on a SuperNode (a flwr-clientapp process, which never starts Ray)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
+
+
+def node_settings(context: Context) -> NodeSettings:
+    """The node's settings: its --node-config on a SuperNode; in a simulation (whose node
+    config is only partition-id and num-partitions) `NodeSettings.simulated`. A SuperNode never
+    takes them from the run config, which the server sets."""
+    config = dict(context.node_config)
+    if simulation() and set(config) <= SIMULATION_KEYS:
+        run_config = dict(context.run_config)
+        return NodeSettings.simulated(int(config["partition-id"]), run_config, context.run_id)
+    return NodeSettings.from_node_config(config)
 
 
 def client_data(job: JobContext, settings: NodeSettings) -> tuple[np.ndarray, np.ndarray]:
@@ -186,7 +225,7 @@ def round_refusal(k: int, r: int, schedule: list[list[int]], trained: list[int])
 def hello(msg: Message, context: Context) -> Message:
     """The server's roll call: this node's client number, sample count and noise source, if
     the node admits the plan (a refusal fails the run at its start)."""
-    settings = NodeSettings.from_node_config(dict(context.node_config))
+    settings = node_settings(context)
     job, arguments, _ = wire.read_plan(
         msg.content, settings.data_dir, settings.device, settings.threads
     )
@@ -206,7 +245,7 @@ def hello(msg: Message, context: Context) -> Message:
 def train(msg: Message, context: Context) -> Message:
     """One round of local training from the global model in `msg`; replies with the update
     and the report (`dpmed.xcal.flower.wire`)."""
-    settings = NodeSettings.from_node_config(dict(context.node_config))
+    settings = node_settings(context)
     job, arguments, r = wire.read_plan(
         msg.content, settings.data_dir, settings.device, settings.threads
     )

@@ -1,11 +1,13 @@
-"""Run xcal jobs on local Flower federations: per job a SuperLink and one SuperNode per client
-on 127.0.0.1 (insecure: a test federation, announced by a warning on every start), and one
-`flwr run` of the app in deploy/flower.
+"""Run xcal jobs on local Flower federations as sites run them: per job a SuperLink serving TLS
+with SuperNode authentication and one SuperNode per client on 127.0.0.1, each registered with
+its own key, and one `flwr run` of the app in deploy/flower on the job's run config.
 
 Every process is started by pid on free ports (`dpmed.federation_processes`) with its own log
-under <out>/flower/job-<i>/, Flower's home folder (FLWR_HOME) is <out>/flower/job-<i>/home,
-and everything is stopped by pid when the runs end or fail, or when the launcher receives
-SIGTERM or SIGINT. Each SuperNode is a site with its own policy, admitting that one job
+under <out>/flower/job-<i>/, Flower's home folder (FLWR_HOME) is <out>/flower/job-<i>/home, the
+credentials (`dpmed.xcal.flower.certs`) are in job-<i>/certificates and job-<i>/keys, the run
+config (`dpmed.xcal.flower.runconfig`) is job-<i>/run-config.toml, and everything is stopped by
+pid when the runs end or fail, or when the launcher receives SIGTERM or SIGINT. Each SuperNode
+is a site with its own policy, admitting that one job
 (<out>/flower/job-<i>/site-<k>/policy.json, ledger in site-<k>/state). Each job's run folder
 <out>/<run>/ then holds what the ServerApp writes (rounds.csv, road.json, gradcam.npz,
 privacy.json, model.pt, federation.json), and <out>/flower/processes.json each process's name,
@@ -18,9 +20,9 @@ reproducing a simulation: for tests only).
 Default: the smoke config's XCal-FL and static DP-FL cells at ε = 5 on its synthetic
 BloodMNIST, generated under <out>/data (`make fl-flower`). A chosen cell on processed data:
 
-    python -m dpmed.xcal.flower.deploy --config config/smoke.yaml \\
+    dpmed fl-flower --config config/smoke.yaml \\
         --run results/xcal/bloodmnist/resnet18/xcal/iid/c3/eps5/seed0 \\
-        --processed data/processed/bloodmnist --out flower-run
+        --processed data/processed/bloodmnist --out results/fl/flower
 """
 
 from __future__ import annotations
@@ -43,33 +45,30 @@ from dpmed.install import workflow_file
 from dpmed.io import write_json
 from dpmed.runtime import JobContext
 from dpmed.xcal.flower import PROGRESS_LABEL
+from dpmed.xcal.flower.certs import make_credentials
+from dpmed.xcal.flower.runconfig import SMOKE_CONFIG, SMOKE_RUNS, write_run_config, xcal_jobs
 from dpmed.xcal.outputs import RUN_FILES
 
 APP_DIR = workflow_file("deploy/flower")
-SMOKE_CONFIG = workflow_file("config/smoke.yaml")
-SMOKE_RUNS = [
-    f"results/xcal/bloodmnist/resnet18/{method}/iid/c3/eps5/seed0" for method in ("xcal", "static")
-]
-BIN = Path(sys.executable).parent  # flower-superlink, flower-supernode, flwr, flwr-serverapp
-FEDERATION = "local"
+# flower-superlink, flower-supernode, flwr; the daemons start flower-superexec, flwr-serverapp
+# and flwr-clientapp by name, so BIN also leads their PATH
+BIN = Path(sys.executable).parent
+FEDERATION = "local-tls"  # the federation the launcher adds to its copy of the app
 READY_TIMEOUT = 60.0
 PROGRESS_PREFIX = f"[{PROGRESS_LABEL} "
 PROGRESS_POLL = 1.0  # s between reads of the runs' streams
-INSECURE_WARNING = """\
-INSECURE: this launcher starts Flower federations WITHOUT TLS and without node authentication
-  (SuperLink, SuperNodes and `flwr run` with --insecure / insecure=true). Anything on this
-  machine can connect to their ports on 127.0.0.1. A test setup only: a site's federation
-  serves TLS and admits known SuperNodes (docs/deploy.md, "Run it across hospitals")."""
 
 
 @dataclass
 class LocalFederation:
-    """A running SuperLink and its SuperNodes (`local_federation`); `on_start` is called with
-    each process started for it (a run too)."""
+    """A running SuperLink and its SuperNodes (`local_federation`) and the copy of the app
+    (`app`) whose federation `FEDERATION` reaches it; `on_start` is called with each process
+    started for it (a run too)."""
 
     work: Path
     env: dict[str, str]
     control_address: str
+    app: Path
     superlink: fp.Process
     supernodes: list[fp.Process]
     on_start: Callable[[fp.Process], None] = lambda proc: None
@@ -79,21 +78,12 @@ class LocalFederation:
     def processes(self) -> list[fp.Process]:
         return [self.superlink, *self.supernodes, *self.runs]
 
-    def app(self) -> Path:
-        """The Flower app (deploy/flower) copied into `work`: `flwr run` writes a .flwr folder
-        beside the app it runs, which an installed dpmed's own folder may not allow."""
-        app = self.work / "app"
-        if not app.is_dir():
-            shutil.copytree(APP_DIR, app, ignore=shutil.ignore_patterns(".flwr"))
-        return app
-
-    def start_run(self, job_file: Path, round_timeout: float, connect_timeout: float) -> fp.Process:
-        """Start `flwr run --stream` of the xcal app on `job_file` (it ends with the run)."""
-        config = f"job='{job_file}' round-timeout={round_timeout} connect-timeout={connect_timeout}"
+    def start_run(self, run_config: Path) -> fp.Process:
+        """Start `flwr run --stream` of the xcal app on the run config file `run_config` (it
+        ends with the run)."""
         cmd = [
-            str(BIN / "flwr"), "run", str(self.app()), FEDERATION, "--stream",
-            "--run-config", config,
-            "--federation-config", f"address='{self.control_address}' insecure=true",
+            str(BIN / "flwr"), "run", str(self.app), FEDERATION, "--stream",
+            "--run-config", str(Path(run_config).resolve()),
         ]  # fmt: skip
         name = f"flwr-run-{len(self.runs) + 1}"
         proc = fp.start(self.label + name, cmd, self.work / f"{name}.log", self.env, cwd=self.work)
@@ -106,12 +96,7 @@ class LocalFederation:
         FederationProcessError naming the SuperLink when it cannot tell (SuperLink gone,
         unreadable `flwr ls` output)."""
         run_id = fp.wait_for_line(run, r"started run (\d+)", READY_TIMEOUT).group(1)
-        cmd = [
-            str(BIN / "flwr"), "ls", str(self.app()), FEDERATION, "--run-id", run_id,
-            "--format", "json",
-            "--federation-config", f"address='{self.control_address}' insecure=true",
-        ]  # fmt: skip
-        result = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=60)
+        result = flwr(self.env, "ls", str(self.app), FEDERATION, "--run-id", run_id)
         try:
             return str(json.loads(result.stdout)["runs"][0]["status"])
         except (ValueError, LookupError, TypeError):
@@ -125,6 +110,39 @@ class LocalFederation:
             ) from None
 
 
+def flwr(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """`flwr ARGS --format json` (its JSON answer in stdout)."""
+    cmd = [str(BIN / "flwr"), *args, "--format", "json"]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+
+
+def app_copy(work: Path, control: int, ca_certificate: Path) -> Path:
+    """The Flower app (deploy/flower) copied into `work`/app with the federation `FEDERATION`
+    (the SuperLink's Control API on 127.0.0.1:`control`, TLS with `ca_certificate`) added:
+    `flwr supernode register` takes no federation overrides, and `flwr run` writes a .flwr
+    folder beside the app, which an installed dpmed's own folder may not allow."""
+    app = work / "app"
+    shutil.copytree(APP_DIR, app, ignore=shutil.ignore_patterns(".flwr"))
+    with open(app / "pyproject.toml", "a") as pyproject:
+        pyproject.write(
+            f'\n[tool.flwr.federations.{FEDERATION}]\naddress = "127.0.0.1:{control}"\n'
+            f'root-certificates = "{ca_certificate}"\n'
+        )
+    return app
+
+
+def register(env: dict[str, str], app: Path, public_key: Path) -> int:
+    """Register the SuperNode key `public_key` with the SuperLink `app`'s `FEDERATION` reaches
+    (`flwr supernode register`); its node id, or FederationProcessError with Flower's answer."""
+    result = flwr(env, "supernode", "register", str(public_key), str(app), FEDERATION)
+    try:
+        return int(json.loads(result.stdout)["node-id"])
+    except (ValueError, LookupError, TypeError):
+        raise fp.FederationProcessError(
+            f"flwr supernode register {public_key} failed: {(result.stdout + result.stderr)[-500:]}"
+        ) from None
+
+
 @contextmanager
 def local_federation(
     work: Path,
@@ -133,11 +151,12 @@ def local_federation(
     label: str = "",
     on_start: Callable[[fp.Process], None] = lambda proc: None,
 ) -> Iterator[LocalFederation]:
-    """Start a SuperLink and one SuperNode per entry of `node_configs` (its --node-config) on
-    free ports of 127.0.0.1, wait until each listens, and stop them all by pid on exit. Every
-    path the processes get is absolute: they run in `work`, the ServerApp in a folder of its own.
-    Process names start with `label`; `on_start` is called with each process as it starts (a
-    launcher's record sees it before the federation is up)."""
+    """Start a SuperLink (TLS, SuperNode authentication) on free ports of 127.0.0.1 and one
+    SuperNode per entry of `node_configs` (its --node-config), each registered with its own key
+    (`certs.make_credentials` in `work`); wait until each listens, and stop them all by pid on
+    exit. Every path the processes get is absolute: they run in `work`, the ServerApp in a
+    folder of its own. Process names start with `label`; `on_start` is called with each process
+    as it starts (a launcher's record sees it before the federation is up)."""
     work = Path(work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     full_env = {
@@ -145,6 +164,8 @@ def local_federation(
         "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
         **(env or {}),
     }
+    node_keys = make_credentials(work, len(node_configs))
+    tls = work / "certificates"
     procs: list[fp.Process] = []  # stopped on exit, runs included
 
     def begin(proc: fp.Process) -> None:
@@ -157,7 +178,13 @@ def local_federation(
             label + "superlink",
             [
                 str(BIN / "flower-superlink"),
-                "--insecure",
+                "--ssl-ca-certfile",
+                str(tls / "ca.crt"),
+                "--ssl-certfile",
+                str(tls / "server.pem"),
+                "--ssl-keyfile",
+                str(tls / "server.key"),
+                "--enable-supernode-auth",
                 "--serverappio-api-address",
                 f"127.0.0.1:{serverappio}",
                 "--fleet-api-address",
@@ -175,14 +202,19 @@ def local_federation(
         begin(superlink)
         for port in (fleet, serverappio, control):
             fp.wait_for_port(port, READY_TIMEOUT, [superlink])
+        app = app_copy(work, control, tls / "ca.crt")
         supernodes = []
-        for k, node_config in enumerate(node_configs):
+        for k, (node_config, public_key) in enumerate(zip(node_configs, node_keys, strict=True)):
+            register(full_env, app, public_key)
             appio = fp.free_port()
             node = fp.start(
                 f"{label}supernode-{k}",
                 [
                     str(BIN / "flower-supernode"),
-                    "--insecure",
+                    "--root-certificates",
+                    str(tls / "ca.crt"),
+                    "--auth-supernode-private-key",
+                    str(public_key.with_suffix("")),
                     "--superlink",
                     f"127.0.0.1:{fleet}",
                     "--clientappio-api-address",
@@ -200,7 +232,7 @@ def local_federation(
         for node in supernodes:
             fp.wait_for_port(node.ports["clientappio"], READY_TIMEOUT, [node])
         yield LocalFederation(
-            work, full_env, f"127.0.0.1:{control}", superlink, supernodes, begin, label
+            work, full_env, f"127.0.0.1:{control}", app, superlink, supernodes, begin, label
         )
     finally:
         fp.stop(procs)
@@ -304,8 +336,7 @@ def deploy(
     starts, as runs start and end and after the stop, and returns its final content. Raises
     FederationProcessError when a SuperLink dies or a run does not finish completed, and
     `fp.Terminated` on SIGTERM/SIGINT, every process stopped and the record written first."""
-    print(INSECURE_WARNING, file=sys.stderr, flush=True)
-    work = Path(work).resolve()  # the job files' paths travel to the ServerApp's own folder
+    work = Path(work).resolve()  # the run configs' paths travel to the ServerApp's own folder
     with fp.launch_lock(work), fp.terminated_by_signals():
         clear_previous(work, jobs)
         record = LaunchRecord(work / "processes.json", [str(job.out_dir) for job in jobs])
@@ -357,13 +388,11 @@ def follow_runs(
     """Start each job's `flwr run` on its federation, relay their progress lines, and set each
     run's final status in `record` (rewritten at each change) as it ends; raise
     FederationProcessError naming the SuperLink when one dies, or at `run_timeout` s."""
-    from dpmed.xcal.flower.jobfile import write_job
-
     runs = []
+    timeouts = {"round-timeout": round_timeout, "connect-timeout": READY_TIMEOUT}
     for i, (job, federation) in enumerate(zip(jobs, federations, strict=True)):
-        job_file = federation.work / "job.json"
-        write_job(job_file, job)
-        runs.append(federation.start_run(job_file, round_timeout, READY_TIMEOUT))
+        run_config = write_run_config(federation.work / "run-config.toml", job, **timeouts)
+        runs.append(federation.start_run(run_config))
         record.status[i] = "running"
     record.write()
     logs = [fp.NewLines(run.log_path) for run in runs]
@@ -391,51 +420,9 @@ def relay_progress(logs: Sequence[fp.NewLines]) -> None:
                 print(line, flush=True)
 
 
-def xcal_jobs(
-    config_files: Sequence[Path],
-    runs: Sequence[str],
-    processed: Path | None,
-    out: Path,
-    device: str,
-) -> list[JobContext]:
-    """The JobContexts the workflow would give the xcal jobs whose run folders are `runs`, each
-    writing to out/<run>. Without `processed`, the config's synthetic data of the runs' dataset
-    are generated under out/data (as the data stage would)."""
-    from dpmed.config.checks import check_config, load_configs
-    from dpmed.config.grid import job_seed, wildcards_from_path
-
-    config = load_configs(config_files)
-    grid = check_config(config, workflow_file("config/schema.yaml"), config_files)
-    wildcards = [wildcards_from_path("xcal", run) for run in runs]
-    if processed is None:
-        processed = synthetic_data(config, {wc["dataset"] for wc in wildcards}, out / "data")
-    return [
-        JobContext(
-            processed,
-            out / run,
-            wc,
-            grid.params("xcal", wc),
-            job_seed("xcal", wc),
-            device=device,
-            threads=1,
-        )  # fmt: skip
-        for run, wc in zip(runs, wildcards, strict=True)
-    ]
-
-
-def synthetic_data(config: dict[str, Any], datasets: set[str], root: Path) -> Path:
-    """Generate and process the config's synthetic data of the one dataset in `datasets`."""
-    from dpmed.data.stage import synthetic_processed
-
-    if len(datasets) != 1:
-        raise SystemExit(f"the runs of one federation read one dataset, not {sorted(datasets)}")
-    (dataset,) = datasets
-    return synthetic_processed(dataset, config["data"][dataset], root)
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m dpmed.xcal.flower.deploy",
+        prog="dpmed fl-flower",
         description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -1,6 +1,6 @@
 """The XCal-FL ServerApp: dpmed's xcal server over Flower's Grid.
 
-It runs the job its run config names (`job`, a `dpmed.xcal.flower.jobfile`) as
+It runs the job its run config holds (`dpmed.xcal.flower.runconfig`) as
 `dpmed.xcal.run.run` does, except that the sampled clients train on their SuperNodes: the same
 federation without client data (`build_federation` with no partitions), the same m-of-K
 schedule, `train_round` with a remote trainer (`RemoteRound`): sample-weighted FedAvg over the
@@ -48,7 +48,7 @@ from dpmed.runtime import JobContext, Progress
 from dpmed.xcal.averaging import update_fault
 from dpmed.xcal.client import Client, ClientSeeds, ClientUpdate
 from dpmed.xcal.flower import PROGRESS_LABEL, wire
-from dpmed.xcal.flower.jobfile import read_job
+from dpmed.xcal.flower.runconfig import server_job
 from dpmed.xcal.methods import FixedSigmaState, XCalState
 from dpmed.xcal.privacy import privacy_record
 from dpmed.xcal.run import (
@@ -514,7 +514,7 @@ def serve(grid: Grid, job: JobContext, round_timeout: float, connect_timeout: fl
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Run the job the run config's `job` names (round-timeout, connect-timeout in s)."""
+    """Run the job the run config holds (round-timeout, connect-timeout in s)."""
     config = context.run_config
-    job = read_job(Path(str(config["job"])))
+    job = server_job(config)
     serve(grid, job, float(config["round-timeout"]), float(config["connect-timeout"]))

@@ -1,14 +1,22 @@
-"""The toy study's spec: one job per (dataset, ε, seed), one table."""
+"""The toy study's spec: one job per (dataset, ε, seed), one table; and its dataset."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from dpmed.config.study import StudyAudit, StudySpec
+from dpmed.config.study import StudySpec
 from dpmed.config.wildcards import EPS_PATTERN, parse_eps
-from dpmed.data.registry import study_datasets
+from dpmed.data.registry import DATASET_REGISTRY, DatasetEntry, study_datasets
 from dpmed.report.outputs import ReportOutput, report_targets
+
+# a PneumoniaMNIST-like dataset of the toy study (its facts, generator and loader)
+DATASET_REGISTRY.add(
+    "toymnist",
+    DatasetEntry(
+        **{**vars(DATASET_REGISTRY["pneumoniamnist"]), "label": "ToyMNIST", "study": "toy"}
+    ),
+)
 
 RUN_FILES = ("metrics.json", "privacy.json")
 REPORTS = {
@@ -38,9 +46,5 @@ SPEC = StudySpec(
     targets=targets,
     reports=REPORTS,
     choices={"datasets": study_datasets("toy")},
-    schema="dpmed.toy:schema.yaml",
-    rules="rules/toy.smk",
-    sizing="dpmed.toy.sizing:SIZING",
-    probe="dpmed.toy.probe:PROBE",
-    audit=StudyAudit(("record",), "dpmed.toy.audit:audit_cell"),
+    audit_settings=("record",),
 )

@@ -25,6 +25,7 @@ rule seg_train:
     wildcard_constraints:
         **SEG.patterns,
     params:
+        runner="dpmed.seg.run:run",
         processed=lambda wc: f"data/processed/{wc.dataset}",
         hp=lambda wc: GRID.params("seg", wc),
         seed=lambda wc: job_seed("seg", wc),
@@ -41,9 +42,9 @@ rule seg_train:
         mem_mb=job_mem_mb("seg_train"),
         runtime=job_runtime("seg_train"),
     conda:
-        CONDA_ENV
+        STUDY_CONDA_ENV
     script:
-        "../workflow/scripts/seg_train.py"
+        JOB_SCRIPT
 
 
 rule seg_attack:
@@ -55,6 +56,7 @@ rule seg_attack:
     wildcard_constraints:
         **SEG.patterns,
     params:
+        runner="dpmed.seg.attack:run_attack",
         processed=lambda wc: f"data/processed/{wc.dataset}",
         hp=lambda wc: GRID.params("seg", wc),
         seed=lambda wc: job_seed("seg", wc),
@@ -71,9 +73,9 @@ rule seg_attack:
         mem_mb=job_mem_mb("seg_attack"),
         runtime=job_runtime("seg_attack"),
     conda:
-        CONDA_ENV
+        STUDY_CONDA_ENV
     script:
-        "../workflow/scripts/seg_attack.py"
+        JOB_SCRIPT
 
 
 rule seg_results:

@@ -20,6 +20,7 @@ rule fets_train:
     wildcard_constraints:
         **FETS.patterns,
     params:
+        runner="dpmed.fets.run:run",
         processed=lambda wc: "data/processed/fets",
         hp=lambda wc: GRID.params("fets", wc),
         seed=lambda wc: job_seed("fets", wc),
@@ -34,9 +35,9 @@ rule fets_train:
         mem_mb=job_mem_mb("fets_train"),
         runtime=job_runtime("fets_train"),
     conda:
-        CONDA_ENV
+        STUDY_CONDA_ENV
     script:
-        "../workflow/scripts/fets_train.py"
+        JOB_SCRIPT
 
 
 rule fets_results:

@@ -1,10 +1,12 @@
-"""One audited training run of a private grid cell (a measured ε lower bound beside the claimed
-ε): the dispatcher and command line.
+"""The privacy audit runner: one audited training run of a private grid cell (a measured ε lower
+bound beside the claimed ε), its dispatcher and command line. It sits above the config and the
+study registry; `dpmed.privacy.audit` holds the mechanism-side parts (bound, canaries).
 
 The cell trains through its study's own code path with canaries added, then `best_audit` turns
 the canaries' scores into the one-run lower bound (`dpmed.privacy.audit.bound`) at the run's δ.
-Each study names its audit in its `StudySpec.audit`: the settings it offers and its runner
-(`<study>.audit:audit_cell`, imported only here), each setting documented in that module: seg
+A study's audit is its optional module `dpmed.<study>.audit` (its `audit_cell`, imported only
+here) and the settings its spec offers (`StudySpec.audit_settings`), each setting documented in
+that module: seg
 offers `gradient` (white-box Dirac gradient canaries), `input` (held-out images with
 class-shifted masks) and `paper-noise` (Dirac canaries on the run with the clip rule's
 public-code noise scale, e.g. NSGD's σ·r/C); xcal `gradient` and `input` (held-out images with
@@ -24,23 +26,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from dpmed.config.audit import AUDIT_FILE
 from dpmed.io import write_json
-from dpmed.privacy.audit.cell import AUDIT_FILE, CellAudit, require_setting
-from dpmed.registry import resolve
+from dpmed.privacy.audit.cell import CellAudit, require_setting
 from dpmed.runtime import JobContext
-from dpmed.studies import STUDIES
-
-__all__ = ["AUDIT_FILE", "CellAudit", "audit_cell", "audited_studies", "main"]
+from dpmed.studies import STUDIES, study_part
 
 
 def audited_studies() -> list[str]:
     """The registered studies that offer an audit, in registry order."""
-    return [name for name, spec in STUDIES.items() if spec.audit is not None]
+    return [name for name, spec in STUDIES.items() if spec.audit_settings]
 
 
 def study_runner(study: str) -> Callable[..., CellAudit]:
-    """The audit runner `study`'s spec names ("module:function"), imported now."""
-    return resolve(STUDIES[study].audit.runner)
+    """The audit runner of `study` (`dpmed.<study>.audit:audit_cell`), imported now."""
+    return study_part(study, "audit", "audit_cell")
 
 
 def audit_cell(
@@ -53,14 +53,14 @@ def audit_cell(
 ) -> CellAudit:
     """Audit one cell of `study` in `setting` and write `audit.json` into the job's folder;
     returns the audit."""
-    require_setting(study, setting)
+    require_setting(study, setting, STUDIES[study].audit_settings)
     audit = study_runner(study)(job, setting, canaries, confidence, noise_scale)
     write_json(Path(job.out_dir) / AUDIT_FILE, audit.record())
     return audit
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m dpmed.privacy.audit.runs --config C [--config C2] RUN --study S --setting X
+    """`python -m dpmed.audit --config C [--config C2] RUN --study S --setting X
     --canaries M --out DIR`: audit the grid cell whose run folder is RUN (e.g.
     results/seg/duke/unet/flat/none/eps50/seed0) with the hyperparameters, job seed and device
     the config gives its training job; writes DIR/audit.json and prints its summary."""
@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from dpmed.config.grid import job_seed, wildcards_from_path
     from dpmed.install import workflow_file
 
-    parser = argparse.ArgumentParser(prog="python -m dpmed.privacy.audit.runs")
+    parser = argparse.ArgumentParser(prog="python -m dpmed.audit")
     parser.add_argument("run", help="the cell's run folder, as its training rule names it")
     parser.add_argument("--config", action="append", default=[], help="config file(s)")
     parser.add_argument("--study", choices=audited_studies(), required=True)

@@ -11,6 +11,7 @@ rule toy_train:
     wildcard_constraints:
         **TOY.patterns,
     params:
+        runner="dpmed.toy.run:run",
         processed=lambda wc: f"data/processed/{wc.dataset}",
         hp=lambda wc: GRID.params("toy", wc),
         seed=lambda wc: TOY.job_seed(wc),
@@ -21,7 +22,7 @@ rule toy_train:
         mem_mb=job_mem_mb("toy_train"),
         runtime=job_runtime("toy_train"),
     script:
-        "../workflow/scripts/toy_train.py"
+        JOB_SCRIPT
 
 
 rule toy_results:

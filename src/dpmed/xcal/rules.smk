@@ -21,6 +21,7 @@ rule xcal_train:
     wildcard_constraints:
         **XCAL.patterns,
     params:
+        runner="dpmed.xcal.run:run",
         processed=lambda wc: f"data/processed/{wc.dataset}",
         hp=lambda wc: GRID.params("xcal", wc),
         seed=lambda wc: job_seed("xcal", wc),
@@ -37,9 +38,9 @@ rule xcal_train:
         mem_mb=job_mem_mb("xcal_train"),
         runtime=job_runtime("xcal_train"),
     conda:
-        CONDA_ENV
+        STUDY_CONDA_ENV
     script:
-        "../workflow/scripts/xcal_train.py"
+        JOB_SCRIPT
 
 
 rule xcal_results:

@@ -1,9 +1,0 @@
-"""Rule fets_train: one federated run (or its resumption) of the fets study."""
-
-from dpmed.fets.run import run
-from dpmed.logs import log_to
-from dpmed.runtime import job_from_snakemake
-
-smk = snakemake  # noqa: F821 (injected by Snakemake)
-with log_to(smk.log[0]):
-    run(job_from_snakemake(smk))
