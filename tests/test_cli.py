@@ -28,6 +28,15 @@ def test_dpmed_help_lists_every_command_with_its_line(capsys):
         assert name in printed and " ".join(line.split()) in " ".join(printed.split())
 
 
+def test_dpmed_version_is_the_installed_version(capsys):
+    """`dpmed --version` names the version the module guard and the docs speak of."""
+    import dpmed
+
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out == f"dpmed {dpmed.__version__}\n"
+
+
 @pytest.mark.parametrize("command", list(cli.COMMANDS))
 def test_each_command_prints_its_own_help(command, capsys):
     with pytest.raises(SystemExit) as stop:

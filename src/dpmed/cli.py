@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+import dpmed
 from dpmed.registry import resolve
 
 # command → ("module:function" taking argv, one line of help)
@@ -35,6 +36,7 @@ def parser() -> argparse.ArgumentParser:
         epilog="`dpmed COMMAND --help` prints the command's own options.",
         formatter_class=lambda prog: argparse.HelpFormatter(prog, max_help_position=24),
     )
+    top.add_argument("--version", action="version", version=f"dpmed {dpmed.__version__}")
     commands = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (_, line) in COMMANDS.items():
         commands.add_parser(name, help=line, add_help=False)
