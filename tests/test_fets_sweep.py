@@ -24,7 +24,7 @@ from dpmed.config.grid import Grid, expand_study, wildcards_from_path
 from dpmed.fets import sweep_report
 from dpmed.fets.grid import aggregator_name, sweep_jobs, table_jobs
 from dpmed.fets.outputs import REPORTS
-from dpmed.fets.server import Server, ServerConfig
+from dpmed.fets.server import ServerConfig
 from dpmed.fets.spec import SPEC
 from dpmed.models import parameter_count
 
@@ -208,7 +208,7 @@ def analytic_delta(sigma: float, sensitivity: float, eps: float) -> float:
 def test_sound_sigma_per_coordinate_falls_as_1_over_m_for_dp_fedavg_only(eps):
     def sigma(aggregator: str, m: int) -> float:
         cfg = ServerConfig(aggregator, "sound", eps, 1e-5, 100.0, "l2", "analytic", 0)
-        return Server(cfg).sound_sigma(m)[0]
+        return cfg.mode.sound_sigma(cfg, m)[0]
 
     ms = (6, 13, 23, 33)
     fedavg = [sigma("dp_fedavg", m) for m in ms]
