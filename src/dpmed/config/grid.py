@@ -113,7 +113,7 @@ def expand_study(config: Mapping[str, Any], study: str) -> list[Job]:
 
 
 class Grid:
-    """All jobs of the three studies, expanded once from a validated config."""
+    """All jobs of the registered studies, expanded once from a validated config."""
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         self._config = config

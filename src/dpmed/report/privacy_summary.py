@@ -1,4 +1,4 @@
-"""The cross-study privacy summary: every DP run of the three studies with its mechanism,
+"""The cross-study privacy summary: every DP run of the registered studies with its mechanism,
 adjacency, sampling, accountant, ε, δ, guarantee, reasons, what the guarantee covers and the
 dataset's privacy unit, read from the runs' privacy.json; for a run the empirical privacy audit
 measured as configured (`dpmed.report.privacy_audit.run_audits`), its largest ε lower bound and
