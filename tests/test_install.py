@@ -123,6 +123,18 @@ def test_the_openfl_federation_runs_from_the_install_in_an_empty_folder(lib, tmp
     assert (tmp_path / "x" / "privacy.json").is_file()
 
 
+@pytest.mark.fl
+def test_the_flower_federation_runs_from_the_install_in_an_empty_folder(lib, tmp_path):
+    """The Flower launcher from the wheel: the packaged app on a SuperLink with TLS and
+    SuperNode authentication, one job (the smoke XCal-FL cell) to the end."""
+    run = "results/xcal/bloodmnist/resnet18/xcal/iid/c3/eps5/seed0"
+    done = run_installed(lib, tmp_path, "-m", "dpmed.cli", "fl-flower", "--out", "x", "--run", run,
+                         timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert (tmp_path / "x" / run / "privacy.json").is_file()
+    assert "--enable-supernode-auth" in (tmp_path / "x" / "flower" / "processes.json").read_text()
+
+
 def scm_version(repo: Path) -> str:
     """setuptools-scm's version of the git work tree `repo`, as a build numbers it."""
     from setuptools_scm import get_version
