@@ -47,8 +47,9 @@ verdicts: $(STAMP)
 	      "power plan in power_plan.csv beside it, report at $(VERDICTS_DIR)/results/report.html"
 	@$(COUNTS) $(VERDICTS_DIR)/results/tables/claims_counts.csv
 
+# Two pytest-xdist workers; the tests of the one shared smoke run go to one of them (tests/conftest.py).
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(CORES) --dist loadgroup
 
 # Every distinct cell of the paper grid (or CONFIG=...): real model and input size, sigma for every
 # eps, a few real training steps in a child process each, the SLURM request it must fit, and the

@@ -1,5 +1,5 @@
 """Shared fixtures: repository paths and one run of the whole smoke DAG reused by every
-workflow test (the suite pays for the smoke grid once)."""
+workflow test (the suite pays for the smoke grid once, on one xdist worker)."""
 
 from __future__ import annotations
 
@@ -140,6 +140,16 @@ def run_data_stage(workdir: Path) -> None:
         "--directory", str(workdir), "--configfile", str(SMOKE_CONFIG), "--cores", "2",
         *DATA_STAGE_TARGETS,
     )  # fmt: skip
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`): every test
+    of the smoke run goes to one worker, so the smoke DAG still runs once, and the other tests
+    of a file to one worker, so a module's fixtures are built once."""
+    for item in items:
+        smoke = "smoke_run" in getattr(item, "fixturenames", ())
+        item.add_marker(pytest.mark.xdist_group("smoke_run" if smoke else item.path.name))
 
 
 @pytest.fixture(scope="session")

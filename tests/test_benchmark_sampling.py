@@ -11,9 +11,10 @@ from conftest import REPO, SNAKEMAKE
 
 from dpmed.benchmark_sampling import set_benchmark_interval
 
-# Holds 300 MB from 1 s to 2.5 s after it starts, then frees it and runs until 6 s.
+# Holds 300 MB (pages written) from 1 s to 2.5 s after it starts, then frees it and runs until
+# 6 s; it imports nothing, so a loaded machine does not shift the peak towards a 5 s sample.
 PEAK_JOB = (
-    "import time, numpy as np; time.sleep(1); held = np.ones(300 * 2**20 // 8); "
+    "import time; time.sleep(1); held = bytes(1) * (300 * 2**20); "
     "time.sleep(1.5); del held; time.sleep(3.5)"
 )
 SNAKEFILE = f"""

@@ -23,7 +23,7 @@ from dpmed.data.synthetic import fets as synth_fets
 from dpmed.data.synthetic import medmnist as synth_medmnist
 from dpmed.errors import DataFormatError
 from dpmed.seg.data import load_seg_data
-from dpmed.xcal.run import load_split
+from dpmed.xcal.federation import load_split
 
 FETS = {
     "partitioning": "partitioning_2.csv",

@@ -20,9 +20,9 @@ from dpmed.fets.aggregators import RULES, AggregationRule
 from dpmed.fets.brats import subject_scores
 from dpmed.fets.outputs import RUN_FILES
 from dpmed.fets.report import table2
+from dpmed.fets.round_clock import ConvergenceScore
 from dpmed.fets.run import run
 from dpmed.fets.spec import SPEC
-from dpmed.fets.timing import ConvergenceScore
 from dpmed.runtime import JobContext
 
 PARAMS = {

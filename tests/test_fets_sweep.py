@@ -21,7 +21,7 @@ from scipy import stats
 from dpmed import job_cost
 from dpmed.config.checks import check_config, load_configs
 from dpmed.config.grid import Grid, expand_study, wildcards_from_path
-from dpmed.fets import sweep_report
+from dpmed.fets import report
 from dpmed.fets.grid import aggregator_name, sweep_jobs, table_jobs
 from dpmed.fets.outputs import REPORTS
 from dpmed.fets.server import ServerConfig
@@ -138,7 +138,7 @@ def sweep_runs(tmp_path: Path) -> list[Path]:
 
 
 def test_sweep_table_against_a_hand_computation(sweep_runs, tmp_path):
-    table = sweep_report.sweep_table(sweep_report.runs_frame(sweep_runs[::-1]))
+    table = report.sweep_table(report.runs_frame(sweep_runs[::-1]))
     # m first, then the registered order (DP-SimAgg paper 0, FedAvg 3, DP-FedAvg 4), then eps0
     assert table[["method", "m", "eps", "n_seeds"]].values.tolist() == [
         ["DP-SimAgg paper", 6, "1", 1], ["FedAvg", 33, "inf", 2],
@@ -164,15 +164,15 @@ def test_sweep_table_against_a_hand_computation(sweep_runs, tmp_path):
 def test_sweep_figure_draws_one_panel_per_m_and_is_byte_identical(sweep_runs, tmp_path,
                                                                     monkeypatch):  # fmt: skip
     shown = {}
-    real_save = sweep_report.save_figure
+    real_save = report.save_figure
 
     def keep(fig, path):
         shown[path] = [(ax.get_title(), ax.get_lines()) for ax in fig.axes]
         real_save(fig, path)
 
-    monkeypatch.setattr(sweep_report, "save_figure", keep)
+    monkeypatch.setattr(report, "save_figure", keep)
     for name in ("a", "b"):
-        sweep_report.eps_sweep(sweep_runs, tmp_path / name / "s.png", tmp_path / name / "s.csv")
+        report.eps_sweep(sweep_runs, tmp_path / name / "s.png", tmp_path / name / "s.csv")
     panels = shown[tmp_path / "a" / "s.png"]
     assert [title for title, _ in panels] == [
         "m = 6 collaborators per round (rho = 0.2)",
@@ -191,7 +191,7 @@ def test_sweep_figure_draws_one_panel_per_m_and_is_byte_identical(sweep_runs, tm
 def test_m_is_read_from_the_selection_log(tmp_path):
     pd.DataFrame({"round": [1, 1, 2], "collaborator": [3, 4, 5]}).to_csv(tmp_path / "s.csv")
     with pytest.raises(ValueError, match="rounds choose"):
-        sweep_report.per_round(tmp_path / "s.csv")
+        report.collaborators_per_round(tmp_path / "s.csv")
 
 
 # --- σ per coordinate against m ---------------------------------------------------------------
@@ -261,7 +261,7 @@ def test_a_swept_run_trains_m_collaborators_and_records_their_sigma(tmp_path):
     out = tmp_path / "results/fets/dp_fedavg-rho0.4/sound/eps1/seed0"
     metrics = run(JobContext(tmp_path / "processed", out, wc, params, 5, device="cpu", threads=1))
     assert metrics["aggregator"] == "dp_fedavg"  # the registered name, ρ is in the params
-    row = sweep_report.run_row(out)
+    row = report.run_row(out)
     assert (row["m"], row["rho"], row["aggregator"]) == (13, 0.4, "dp_fedavg")  # ⌊0.4 · 33⌋
     sigma = calibrate("analytic", 2 * 100 / 13, 1.0, 1e-5)  # Δf = 2C/m
     assert row["sigma_min"] == row["sigma_max"] == pytest.approx(sigma, rel=1e-12)
@@ -278,8 +278,8 @@ def test_the_sweep_title_fits_the_figure_and_clears_the_panel_titles(sweep_runs,
         saved = fig.get_tightbbox(renderer).transformed(fig.dpi_scale_trans)  # what is saved
         boxes.update(title=title, panel=panel, saved=saved)
 
-    monkeypatch.setattr(sweep_report, "save_figure", measure)
-    sweep_report.eps_sweep(sweep_runs, tmp_path / "s.png", tmp_path / "s.csv")
+    monkeypatch.setattr(report, "save_figure", measure)
+    report.eps_sweep(sweep_runs, tmp_path / "s.png", tmp_path / "s.csv")
     title, saved = boxes["title"], boxes["saved"]
     # one long line set the saved area's edges itself, its last glyphs cut at the right edge;
     # the title now stays inside what the panels and legend span

@@ -25,8 +25,9 @@ from dpmed.config.grid import job_seed
 from dpmed.config.wildcards import parse_eps
 from dpmed.models import load_model
 from dpmed.runtime import JobContext
+from dpmed.xcal.federation import TrainState, client_schedule, prepare, train_round
 from dpmed.xcal.privacy import privacy_record
-from dpmed.xcal.run import History, client_schedule, prepare, run, train_round
+from dpmed.xcal.run import run
 
 pytest.importorskip("flwr")
 from dpmed.xcal.flower.certs import make_node_key  # noqa: E402
@@ -94,7 +95,7 @@ def deployed(data, tmp_path_factory) -> tuple[dict[str, JobContext], dict]:
     os.environ["PATH"] = "/usr/bin:/bin"
     try:
         with contextlib.redirect_stdout(printed):
-            record = deploy(list(jobs.values()), work, 120, seeded=True, run_timeout=500)
+            record = deploy(list(jobs.values()), work, 120, seeded=True, timeout=500)
     finally:
         os.environ["PATH"] = path
     return jobs, {**record, "printed": printed.getvalue().splitlines(), "work": work.resolve()}
@@ -157,16 +158,16 @@ def simulate_without(job: JobContext, dropped: set[tuple[int, int]]) -> tuple[di
     """The in-process run of `job` with the updates of (round, client) in `dropped` left out
     (0-based rounds): its final weights and privacy.json record."""
     fed = prepare(job).federation
-    history = History({k: v.detach().clone() for k, v in fed.net.state_dict().items()})
+    history = TrainState.start(fed.net)
     for r in range(job.params["rounds"]):
 
         def local(sampled, global_state, r=r):
-            kept = [c for c in sampled if (r, c.index) not in dropped]
+            kept = [fed.clients[k] for k in sampled if (r, k) not in dropped]
             return [c.train_round(fed.net, fed.wrapped, global_state) for c in kept]
 
         train_round(fed, history, road_due=False, remote=local)
     eps = parse_eps(job.wildcards["eps"])
-    record = privacy_record(fed.clients, fed.method, eps, job.params)
+    record = privacy_record(fed.accounts, fed.method, eps, job.params)
     path = Path(job.out_dir) / "expected-privacy.json"
     record.write(path, job.wildcards["dataset"])
     return fed.net.state_dict(), json.loads(path.read_text())

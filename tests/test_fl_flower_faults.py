@@ -28,7 +28,7 @@ from dpmed.config.grid import job_seed
 from dpmed.runtime import JobContext
 
 pytest.importorskip("flwr")
-from dpmed.xcal.flower.deploy import LaunchRecord, LocalFederation, app_copy  # noqa: E402
+from dpmed.xcal.flower.deploy import LocalFederation, app_copy  # noqa: E402
 from dpmed.xcal.flower.runconfig import run_path, write_run_config  # noqa: E402
 
 PARAMS = FLOWER_PARAMS
@@ -37,7 +37,7 @@ DRIVER = (
     "import tomllib; from flwr.common.config import flatten_dict; "
     "from dpmed.xcal.flower.runconfig import job_from_run_config; "
     "job = job_from_run_config(flatten_dict(tomllib.loads(Path(sys.argv[1]).read_text()))); "
-    "deploy([job], Path(sys.argv[2]), round_timeout=60, seeded=True, run_timeout=300)"
+    "deploy([job], Path(sys.argv[2]), round_timeout=60, seeded=True, timeout=300)"
 )
 ROUND_1 = r"(?m)^\[flower xcal \S+\] 1/2 "
 LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1"}
@@ -192,7 +192,7 @@ def test_a_signal_during_the_final_stop_still_stops_everything_and_is_recorded(t
     script = "trap '' TERM; echo ready; sleep 2"
     stubborn = fp.start("job-1/superlink", ["sh", "-c", script], tmp_path / "superlink.log")
     fp.wait_for_line(stubborn, "ready", timeout=10)
-    record = LaunchRecord(tmp_path / "processes.json", ["run"], [stubborn])
+    record = fp.LaunchRecord(tmp_path / "processes.json", ["run"], [stubborn])
     record.status = ["finished:completed"]
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
     with pytest.raises(fp.Terminated, match="SIGTERM"), fp.terminated_by_signals():
@@ -230,7 +230,7 @@ def test_a_second_launch_on_the_same_folder_is_refused_and_changes_nothing(data,
     try:
         assert first.stdout.readline() == "held\n"
         with pytest.raises(fp.FederationProcessError, match=f"pid {first.pid} holds"):
-            deploy([job], work, round_timeout=10, seeded=True, run_timeout=10)
+            deploy([job], work, round_timeout=10, seeded=True, timeout=10)
         assert (work / "job-1").is_dir() and (work / "processes.json").read_text() == "{}"
         assert first.poll() is None
     finally:

@@ -95,9 +95,9 @@ def assert_imported(fed: Path) -> None:
 
 def test_export_import_federation_equals_the_simulation(processed, tmp_path, capsys):
     fed = tmp_path / "openfl"
-    outcome = deploy(fed, processed, FL_PARAMS, WILDCARDS, PARTITIONS, seeded=True,
-                     timeout=300)  # fmt: skip
-    assert (outcome.status, outcome.released) == ("complete", 2)
+    final = deploy(fed, processed, FL_PARAMS, WILDCARDS, PARTITIONS, seeded=True,
+                   timeout=300)  # fmt: skip
+    assert (final["status"], final["error"], final["jobs"]) == (["complete"], None, [str(fed)])
     assert_imported(fed)
     # one progress line per round, once its model was validated, the last with privacy.json's ε
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[openfl ")]
@@ -140,7 +140,8 @@ def test_export_import_federation_equals_the_simulation(processed, tmp_path, cap
     named = [item.split(":", 1)[0] for item in record["not_covered"]]
     assert sorted(named) == sorted(p.name for p in fed.iterdir() if p.name != "model.pt")
     assert deployment["released_rounds"] == [1, 2] and deployment["not_released_rounds"] == []
-    table = json.loads((fed / "processes.json").read_text())
+    table = json.loads((fed / "processes.json").read_text())["processes"]
+    assert table == final["processes"]
     assert [p["name"] for p in table] == FX_STEPS + FEDERATION
     aggregator = table[len(FX_STEPS)]
     assert aggregator["ports"]["grpc"] > 0 and "fx aggregator start" in aggregator["command"]
@@ -188,10 +189,10 @@ def test_a_killed_collaborator_stops_the_federation(processed, tmp_path):
     assert deployment["status"] == "failed"
     assert (deployment["released_rounds"], deployment["not_released_rounds"]) == ([1], [2])
     assert record["steps"] == 1 and record["epsilon"] <= 1e6  # one round accounted
-    federation = json.loads((out / "federation.json").read_text())
-    assert "died with exit code -9" in federation["error"]
+    final = json.loads((out / "processes.json").read_text())
+    assert "died with exit code -9" in final["error"] and final["status"] == ["stopped"]
     assert (out / "model.pt").exists()  # round 1's release
-    table = json.loads((out / "processes.json").read_text())
+    table = json.loads((out / "processes.json").read_text())["processes"]
     assert federation_names(table) == FEDERATION
     assert not any(live(p["pid"]) for p in table)
 
@@ -220,10 +221,9 @@ def process(out: Path, name: str, launcher: subprocess.Popen) -> dict:
     """The processes.json entry of `name`, once the launcher has started it."""
 
     def entry():
-        table = (out / "processes.json").exists() and json.loads(
-            (out / "processes.json").read_text()
-        )
-        return next((p for p in table or [] if p["name"] == name), None)
+        path = out / "processes.json"
+        table = json.loads(path.read_text())["processes"] if path.exists() else []
+        return next((p for p in table if p["name"] == name), None)
 
     return wait_for(entry, 120, name, launcher)
 
@@ -259,14 +259,14 @@ def socket_inodes(pid: int) -> set[str]:
 
 def assert_all_gone(out: Path) -> None:
     """Every process group the launcher recorded is gone."""
-    for entry in json.loads((out / "processes.json").read_text()):
+    for entry in json.loads((out / "processes.json").read_text())["processes"]:
         with pytest.raises(ProcessLookupError):
             os.killpg(entry["pid"], 0)
 
 
 def test_sigterm_stops_every_process_and_keeps_the_record(processed, tmp_path):
     """SIGTERM to the launcher after round 1 is released: no process left, privacy.json and
-    federation.json name round 1 released and the signal. Also: the aggregator listens on
+    processes.json name round 1 released and the signal. Also: the aggregator listens on
     127.0.0.1 only, and the launcher warns that TLS is off."""
     out = tmp_path / "sigterm"
     launcher = launch(out, processed, rounds=3)
@@ -283,15 +283,15 @@ def test_sigterm_stops_every_process_and_keeps_the_record(processed, tmp_path):
         _, stderr = launcher.communicate(timeout=60)
     finally:
         stop_launcher(launcher)
-    assert launcher.returncode == 1
+    assert launcher.returncode == 128 + signal.SIGTERM  # as the Flower launcher's
     assert "INSECURE: the OpenFL federation" in stderr
     assert "federation failed: the launcher received SIGTERM" in stderr
     assert_all_gone(out)
     deployment = json.loads((out / "privacy.json").read_text())["extra"]["deployment"]
     assert deployment["status"] == "failed" and deployment["released_rounds"][:1] == [1]
     assert deployment["not_released_rounds"][-1:] == [3]
-    federation = json.loads((out / "federation.json").read_text())
-    assert federation["error"] == "the launcher received SIGTERM" and federation["released"] >= 1
+    final = json.loads((out / "processes.json").read_text())
+    assert (final["error"], final["status"]) == ("the launcher received SIGTERM", ["stopped"])
 
 
 def test_a_stalled_collaborator_stops_the_run_naming_it(processed, tmp_path):
@@ -312,8 +312,8 @@ def test_a_stalled_collaborator_stops_the_run_naming_it(processed, tmp_path):
                       rf"round timeout of {round_timeout} s", stderr)  # fmt: skip
     assert named and "'2'" in named.group(1), stderr
     assert_all_gone(out)
-    federation = json.loads((out / "federation.json").read_text())
-    assert federation["status"] == "failed" and named.group(0) in federation["error"]
+    final = json.loads((out / "processes.json").read_text())
+    assert final["status"] == ["stopped"] and named.group(0) in final["error"]
 
 
 DROPPING = '''
@@ -351,6 +351,6 @@ def test_a_malformed_upload_is_named(processed, tmp_path):
         deploy(out, processed, FL_PARAMS, WILDCARDS, PARTITIONS, timeout=400, template=template)
     want = f"OpenFL round 0: collaborator '{victim}', tensor '{tensor}': 0 rows with key"
     assert want in str(err.value)
-    federation = json.loads((out / "federation.json").read_text())
-    assert federation["status"] == "failed" and want in federation["error"]
+    final = json.loads((out / "processes.json").read_text())
+    assert final["status"] == ["stopped"] and want in final["error"]
     assert_all_gone(out)

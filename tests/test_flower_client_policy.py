@@ -25,9 +25,9 @@ from opacus.accountants.analysis.rdp import get_privacy_spent  # noqa: E402
 from dpmed.privacy.accounting import ORDERS, compute_rdp  # noqa: E402
 from dpmed.runtime import JobContext  # noqa: E402
 from dpmed.xcal.client import Client  # noqa: E402
+from dpmed.xcal.federation import client_partitions, client_schedule, initial_network, prepare  # noqa: E402
 from dpmed.xcal.flower import client_app, wire  # noqa: E402
 from dpmed.xcal.flower.policy import NodeLedger, PlanRefused, SitePolicy  # noqa: E402
-from dpmed.xcal.run import client_partitions, client_schedule, initial_network, prepare  # noqa: E402
 
 # Three clients, two a round, three rounds: under seed 0 client 2 trains rounds 1 and 3 and
 # is not sampled in round 2, where seed 1 would sample it.
@@ -195,7 +195,7 @@ def test_a_new_run_continues_the_ledger_as_one_uninterrupted_client(node, data, 
     assert got.keys() == expected.tensors.keys()
     for name, tensor in expected.tensors.items():
         assert torch.allclose(got[name], tensor, atol=1e-6), name
-    assert report(second)["ledger"]["epsilon"] == pytest.approx(client.epsilon(), rel=1e-12)
+    assert report(second)["ledger"]["epsilon"] == pytest.approx(client.account.epsilon(), rel=1e-12)
     assert node.ledger.trained == HONEST_ROUNDS
 
 

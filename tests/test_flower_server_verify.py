@@ -25,8 +25,9 @@ from dpmed.privacy import accounting
 from dpmed.privacy.adaptive import epsilon_of
 from dpmed.privacy.mechanisms import NOISE_SEEDED
 from dpmed.runtime import JobContext
-from dpmed.xcal.averaging import MAX_UPDATE_NORM, update_fault
-from dpmed.xcal.run import build_federation, prepare, run
+from dpmed.xcal.federation import build_federation, prepare
+from dpmed.xcal.run import run
+from dpmed.xcal.screen import MAX_UPDATE_NORM, update_fault
 
 pytest.importorskip("flwr")
 from flwr.app import ConfigRecord, RecordDict  # noqa: E402
@@ -102,7 +103,7 @@ def server_round(job: JobContext, n_samples: list[int]) -> RemoteRound:
     device = torch.device("cpu")
     fed = build_federation(job, device, parts=[])
     nodes = {k: Node(NODE + k, n, NOISE_SEEDED) for k, n in enumerate(n_samples)}
-    fed.clients = [ledger_view(job, k, n, fed, device) for k, n in enumerate(n_samples)]
+    fed.accounts = [ledger_view(job, k, n, fed) for k, n in enumerate(n_samples)]
     return RemoteRound(None, job, fed, nodes, 0, 1.0, RoundLog())
 
 
@@ -123,8 +124,8 @@ def attacked(honest: Honest, attack) -> tuple[RemoteRound, Any]:
         {k: v.clone() for k, v in honest.tensors.items()},
     )
     report = attack(report, tensors) or report
-    remote = server_round(honest.job, [honest.client.n, honest.client.n])
-    view = remote.fed.clients[0]
+    remote = server_round(honest.job, [honest.client.account.n, honest.client.account.n])
+    view = remote.fed.accounts[0]
     with pytest.raises(wire.Refused) as refusal:
         remote.accept(view, reply(report, tensors), honest.global_state)
     return remote, refusal.value
@@ -259,13 +260,13 @@ def static_epsilon(n: int, rounds: int) -> float:
 
 
 def test_an_honest_report_is_accepted_and_eps_is_the_servers_recount(static):
-    remote = server_round(static.job, [static.client.n, static.client.n])
-    view = remote.fed.clients[0]
+    remote = server_round(static.job, [static.client.account.n, static.client.account.n])
+    view = remote.fed.accounts[0]
     update = remote.accept(view, reply(static.report, static.tensors), static.global_state)
     assert view.rounds == 1
-    assert math.isclose(view.epsilon(), static_epsilon(static.client.n, 1), rel_tol=1e-9)
-    assert view.epsilon() == static.client.epsilon()  # the client's own ledger, bit for bit
-    assert update.n_samples == static.client.n
+    assert math.isclose(view.epsilon(), static_epsilon(static.client.account.n, 1), rel_tol=1e-9)
+    assert view.epsilon() == static.client.account.epsilon()  # the client's own ledger, bit for bit
+    assert update.n_samples == static.client.account.n
     assert all(torch.equal(update.tensors[k], v) for k, v in static.tensors.items())
 
 
@@ -275,10 +276,10 @@ def test_a_tampered_report_or_update_is_refused_by_name(static, name):
     remote, refusal = attacked(static, attack)
     print(f"{name}: refused: {refusal}")
     assert str(refusal).startswith(where), str(refusal)
-    view = remote.fed.clients[0]
+    view = remote.fed.accounts[0]
     # the update arrived, so the round counts in the server's ε, whatever the report says
     assert view.rounds == 1
-    assert view.epsilon() == static.client.epsilon()
+    assert view.epsilon() == static.client.account.epsilon()
 
 
 def test_screening_names_the_tensor_and_the_fault(static):
@@ -304,12 +305,12 @@ def test_the_aggregate_check_refuses_a_non_finite_or_absurd_model(static):
 
 
 def test_xcal_eps_is_the_servers_whatever_the_ledger_says(xcal):
-    remote = server_round(xcal.job, [xcal.client.n, xcal.client.n])
-    view = remote.fed.clients[0]
+    remote = server_round(xcal.job, [xcal.client.account.n, xcal.client.account.n])
+    view = remote.fed.accounts[0]
     remote.accept(view, reply(xcal.report, xcal.tensors), xcal.global_state)
-    assert view.epsilon() == xcal.client.epsilon()
-    assert view.realised_epsilon() == xcal.client.realised_epsilon()
-    assert view.stats.sigmas == xcal.client.stats.sigmas
+    assert view.epsilon() == xcal.client.account.epsilon()
+    assert view.realised_epsilon() == xcal.client.account.realised_epsilon()
+    assert view.stats.sigmas == xcal.client.account.stats.sigmas
 
     # a consistent but false report (no steps, zero ledgers, zero reading) cannot move ε
     report = copy.deepcopy(xcal.report)
@@ -317,10 +318,10 @@ def test_xcal_eps_is_the_servers_whatever_the_ledger_says(xcal):
     report["privacy"]["method"]["signal_ledger"] = report["ledger"]["signal"] = ZERO
     report["privacy"]["stats"].update(steps=0, sigmas=[], signals=[])
     report["ledger"]["eps_realised_reading"] = 0.0
-    remote = server_round(xcal.job, [xcal.client.n, xcal.client.n])
-    view = remote.fed.clients[0]
+    remote = server_round(xcal.job, [xcal.client.account.n, xcal.client.account.n])
+    view = remote.fed.accounts[0]
     remote.accept(view, reply(report, xcal.tensors), xcal.global_state)
-    assert view.epsilon() == xcal.client.epsilon() > 0
+    assert view.epsilon() == xcal.client.account.epsilon() > 0
 
 
 def below_band(report, tensors):
@@ -368,8 +369,8 @@ def test_a_tampered_xcal_report_is_refused_by_name(xcal, name):
     remote, refusal = attacked(xcal, attack)
     print(f"{name}: refused: {refusal}")
     assert str(refusal).startswith(where), str(refusal)
-    view = remote.fed.clients[0]
-    assert view.rounds == 1 and view.epsilon() == xcal.client.epsilon()
+    view = remote.fed.accounts[0]
+    assert view.rounds == 1 and view.epsilon() == xcal.client.account.epsilon()
     assert view.stats.steps == 0  # a refused report restores no reading
 
 
@@ -408,7 +409,7 @@ class Grid:
         client = self.fed.clients[k]
         r = json.loads(str(content.config_records[wire.PLAN]["json"]))["round"]
         if r < 0:
-            report = {"client": k, "n_samples": client.n, "noise_source": NOISE_SEEDED}
+            report = {"client": k, "n_samples": client.account.n, "noise_source": NOISE_SEEDED}
             self.tamper(r, k, report, {})
             return RecordDict({wire.REPORT: ConfigRecord({"json": json.dumps(report)})})
         global_state = wire.record_tensors(content.array_records[wire.GLOBAL], client.x.device)
@@ -456,13 +457,15 @@ def test_a_refused_client_is_left_out_of_the_average_and_named(data, tmp_path):
 
     # the model is the simulation's with that update left out
     fed = prepare(replace(job, out_dir=tmp_path / "sim")).federation
-    from dpmed.xcal.run import History, train_round
+    from dpmed.xcal.federation import TrainState, train_round
 
-    history = History({k: v.detach().clone() for k, v in fed.net.state_dict().items()})
+    history = TrainState.start(fed.net)
     for r in range(2):
 
         def local(sampled, global_state, r=r):
-            updates = [c.train_round(fed.net, fed.wrapped, global_state) for c in sampled]
+            updates = [
+                fed.clients[k].train_round(fed.net, fed.wrapped, global_state) for k in sampled
+            ]
             return updates if r == 0 else updates[:1]
 
         train_round(fed, history, road_due=False, remote=local)

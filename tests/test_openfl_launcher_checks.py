@@ -32,7 +32,7 @@ def no_launch(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("reached the data stage")
 
-    monkeypatch.setattr(od, "prepare_data", lambda out, config, processed: Path("processed"))
+    monkeypatch.setattr(od, "synthetic_processed", lambda *args: Path("processed"))
     monkeypatch.setattr(od, "deploy", lambda *args, **kwargs: calls.append((args, kwargs)) or
                         refuse())  # fmt: skip
     return calls

@@ -95,13 +95,13 @@ def test_rounds_frame_joins_records_and_scores():
 def test_not_covered_names_the_files_present(tmp_path):
     """Exactly the files of the folder but model.pt, plus privacy.json (written with it); paper
     mode adds its empirical sensitivity."""
-    for name in ("rounds.csv", "federation.json", "model.pt", ".lock"):
+    for name in ("rounds.csv", "processes.json", "model.pt", ".lock"):
         (tmp_path / name).write_text("")
     for name in ("workspace", "logs", "sites"):
         (tmp_path / name).mkdir()
     sound = ServerConfig("dp_simagg", "sound", 1.0, 1e-5, 1.0, "l2", "analytic", None)
     named = [item.split(":", 1)[0] for item in od.not_covered(tmp_path, sound)]
-    assert sorted(named) == sorted([".lock", "federation.json", "logs", "privacy.json",
+    assert sorted(named) == sorted([".lock", "logs", "privacy.json", "processes.json",
                                     "rounds.csv", "sites", "workspace"])  # fmt: skip
     paper = ServerConfig("dp_simagg", "paper", 1.0, 1e-5, 1.0, "l2", "analytic", None)
     assert od.not_covered(tmp_path, paper)[len(named) :] == list(PAPER_NOT_COVERED)

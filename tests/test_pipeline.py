@@ -151,6 +151,7 @@ def dry_run_requests(tmp_path: Path, *config: str) -> list[dict[str, str]]:
     profile = site_slurm_profile(tmp_path)
     result = run_snakemake("-n", "--profile", str(profile), "--directory", str(tmp_path / "run"),
                            *config)  # fmt: skip
+    assert re.search(r"total\s+\d+", result.stdout)
     jobs = [job for job in planned_jobs(result.stdout) if job["rule"] in TRAINING_RULES]
     for job in jobs:
         job["resources"] = dict(item.split("=", 1) for item in job["resources"].split(", "))

@@ -230,7 +230,7 @@ def test_cost_arithmetic_by_hand():
     # xcal: bloodmnist 11959 train images, 10 clients, batch 64 → ⌈1195.9/64⌉ = 19 steps
     xhp = config["xcal"]["defaults"] | {"rounds": 30, "clients_per_round": 10, "local_epochs": 1,
                                         "batch_size": 64, "road_every": 5}  # fmt: skip
-    xwc = {"dataset": "bloodmnist", "model": "resnet18", "clients": "10"}
+    xwc = {"dataset": "bloodmnist", "model": "resnet18", "method": "static", "clients": "10"}
     steps, seconds = measured_seconds("xcal_train", data, xwc, xhp, m)
     assert steps == 30 * 10 * 19
     # ROAD every 5th of 30 rounds (6), plus the random-saliency baseline once at the end
@@ -301,9 +301,8 @@ def test_preflight_peaks_become_cost_points_of_the_training_rule(tmp_path):
                 "eval_seconds_per_batch": 0.0}  # fmt: skip
     write_cell(tmp_path / "logs/000/cell.json", config, cells[0], measures)
     write_cell(tmp_path / "logs/001/cell.json", config, cells[1], {"status": "error"})
-    points = cost_points(tmp_path)
-    assert list(points) == ["seg_train"] and len(points["seg_train"]) == 1
-    point = points["seg_train"][0]
+    (point,) = cost_points(tmp_path)
+    assert point["rule"] == "seg_train"
     mem, time = job_cost.features("seg_train", config, cells[0].job.wc, cells[0].job.params)
     assert point["mem"] == mem and point["time"] == time
     # cell 0 is non-private: 50 epochs × ⌈66/8⌉ = 450 steps of 2 s (evaluation at 0 s)

@@ -31,7 +31,7 @@ from dpmed.seg.audit import audit_cell as audit_seg_cell
 from dpmed.seg.data import load_seg_data
 from dpmed.xcal.audit import InputCanaries
 from dpmed.xcal.audit import audit_cell as audit_xcal_cell
-from dpmed.xcal.run import load_split, to_tensor
+from dpmed.xcal.federation import load_split, to_tensor
 
 M = 500  # canaries: all 400 guesses correct bound ε by ≈ 4.39 at 95 %
 # seg: SGD (Adam moves every coordinate by ≈ lr whatever its gradient) for 5 epochs, so that

@@ -16,7 +16,7 @@ import pytest
 from dpmed.report.privacy_utility import figure, points
 from dpmed.seg.report.privacy_utility import privacy_utility_report as seg_report
 from dpmed.seg.report.privacy_utility import utility_runs as seg_utility_runs
-from dpmed.xcal.privacy_utility import privacy_utility_report as xcal_report
+from dpmed.xcal.report import privacy_utility_report as xcal_report
 
 # Two-sided 95 % Student-t quantiles t(0.975, n - 1) from a table, n = 2 and 3.
 T975 = {2: 12.706204736174698, 3: 4.302652729749464}
@@ -232,7 +232,7 @@ def test_points_that_did_not_learn_are_greyed_and_classification_panels_show_cha
     runs += [xcal_run(tmp_path, "static", 3, "50", s, 0.7) for s in range(3)]
     csv = tmp_path / "out" / "t.csv"
     figures = []
-    import dpmed.xcal.privacy_utility as module
+    import dpmed.xcal.report as module
 
     original = module.save_figure
     module.save_figure = lambda fig, path: figures.append(fig)

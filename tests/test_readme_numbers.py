@@ -26,7 +26,7 @@ STATED = re.compile(
 )
 CLAUSE = re.compile(r"[;|(\n]")
 PAPER = re.compile(r"\bpaper \d{3}\b")
-# The README's measured wall times of `make test` and `make demo` (kept by hand, as measured).
+# The README's two commands: `make demo`'s wall-time target (a target, not a measurement).
 MEASURED = "## The two commands"
 
 

@@ -26,6 +26,7 @@ from dpmed.preflight.study import StudyProbe, study_probe
 from dpmed.runtime import JobContext
 from dpmed.seg import run as seg_run
 from dpmed.studies import STUDIES
+from dpmed.xcal import federation as xcal_fed
 from dpmed.xcal import run as xcal_run
 from dpmed.xcal.probe import write_medmnist
 
@@ -92,7 +93,7 @@ def test_every_study_names_an_audit_runner_and_a_probe_that_load():
 @pytest.mark.parametrize(
     ("study", "module", "wc", "params", "setting"),
     [("seg", seg_run, SEG_WC, SEG, "gradient"), ("seg", seg_run, SEG_WC, SEG, "input"),
-     ("xcal", xcal_run, XCAL_WC, XCAL, "gradient"), ("fets", fets_run, FETS_WC, FETS, "update")],
+     ("xcal", xcal_fed, XCAL_WC, XCAL, "gradient"), ("fets", fets_run, FETS_WC, FETS, "update")],
 )  # fmt: skip
 def test_the_audit_builds_its_job_with_prepare(
     duke, blood, fets_data, tmp_path, monkeypatch, study, module, wc, params, setting
@@ -111,7 +112,7 @@ def test_every_probe_builds_its_job_with_prepare(tmp_path, monkeypatch):
     config["data"]["duke"]["size"] = [32, 32]
     data = {"xcal": write_medmnist(config, "bloodmnist", tmp_path / "blood"),
             "fets": write_fets(config, "fets", tmp_path / "fets")}  # fmt: skip
-    cells = {"seg": (seg_run, SEG_WC, SEG), "xcal": (xcal_run, XCAL_WC, XCAL),
+    cells = {"seg": (seg_run, SEG_WC, SEG), "xcal": (xcal_fed, XCAL_WC, XCAL),
              "fets": (fets_run, FETS_WC, FETS)}  # fmt: skip
     for study, (module, wc, params) in cells.items():
         calls = record_prepare(monkeypatch, module)
@@ -139,9 +140,9 @@ def test_a_prepared_seg_job_steps_to_the_runs_weights(duke, tmp_path):
 def test_a_prepared_xcal_job_steps_to_the_runs_weights(blood, tmp_path):
     """One round of the prepared federation through `train_round` ends with the run's weights."""
     xcal_run.run(job(blood, tmp_path / "run", XCAL_WC, XCAL))
-    fed = xcal_run.prepare(job(blood, tmp_path / "prepared", XCAL_WC, XCAL)).federation
-    history = xcal_run.History({k: v.detach().clone() for k, v in fed.net.state_dict().items()})
-    xcal_run.train_round(fed, history, road_due=False)
+    fed = xcal_fed.prepare(job(blood, tmp_path / "prepared", XCAL_WC, XCAL)).federation
+    history = xcal_fed.TrainState.start(fed.net)
+    xcal_fed.train_round(fed, history, road_due=False)
     assert same_state(fed.net.state_dict(), saved_state(tmp_path / "run"))
 
 

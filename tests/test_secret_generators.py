@@ -56,5 +56,5 @@ def test_a_secret_seeded_client_has_no_searchable_generator():
     params = {"batch_size": 4, "rounds": 1, "local_epochs": 1, "delta": 1e-5}
     x, y = torch.zeros(8, 1, 4, 4), torch.zeros(8, dtype=torch.long)
     client = Client(0, x, y, METHODS["nondp"], params, float("inf"), client_app.SECRET_SEEDS, "")
-    for name in ("sampler", "signal_sampler", "noise", "control"):
+    for name in ("sampler", "signal_sampler", "noise"):
         assert not reachable_by_manual_seed(mt_words(getattr(client, name))), name

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, SMOKE_CONFIG, run_data_stage, run_snakemake, site_slurm_profile
+from conftest import REPO, SMOKE_CONFIG, run_data_stage, run_snakemake
 
 from dpmed.data.registry import DATASETS
 from dpmed.data.synthetic.fets import REAL_PARTITION_SIZES
@@ -21,9 +21,10 @@ SPLITS = ("train", "val", "test")
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("profile", ["local", "slurm"])
-def test_dry_run_of_the_paper_config(profile, tmp_path):
-    folder = REPO / "profiles" / "local" if profile == "local" else site_slurm_profile(tmp_path)
+def test_dry_run_of_the_paper_config(tmp_path):
+    """The local profile; the SLURM profile's dry run of the paper config is
+    test_pipeline.py::test_slurm_dry_run_requests_follow_the_config."""
+    folder = REPO / "profiles" / "local"
     result = run_snakemake("-n", "--profile", str(folder), "--directory", str(tmp_path / "run"))
     assert re.search(r"total\s+\d+", result.stdout)
 

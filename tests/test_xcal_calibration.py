@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from conftest import XCAL_PARAMS, xcal_processed
 from test_xcal_accounting import sampled_gaussian_rdp
 from test_xcal_sampling import _opacus_epsilon
@@ -18,7 +17,7 @@ from test_xcal_sampling import _opacus_epsilon
 from dpmed.config.grid import job_seed
 from dpmed.runtime import JobContext
 from dpmed.xcal.calibration import BOUND_RTOL, calibrate
-from dpmed.xcal.client import Client, ClientSeeds
+from dpmed.xcal.client import ClientAccount
 from dpmed.xcal.methods import RANDOM_CONTROL, resolve
 from dpmed.xcal.run import run
 
@@ -87,17 +86,14 @@ def test_calibration_lands_in_the_window_below_the_target(eps, q, steps, fractio
     assert budget.scale > 1  # splitting ε itself would end below the window
 
 
-def _client(method: str, seed: int = 0) -> Client:
-    n = 40
-    x, y = torch.zeros((n, 1, 4, 4)), torch.zeros(n, dtype=torch.long)
+def _client(method: str, seed: int = 0) -> ClientAccount:
     entry = resolve(method, True, PARAMS["presets"])
-    seeds = ClientSeeds(1, 2, noise=seed, control=seed)
-    return Client(0, x, y, entry, PARAMS, TARGET, seeds, "", planned_rounds=2)
+    return ClientAccount.plan(0, 40, entry, PARAMS, TARGET, planned_rounds=2, control_seed=seed)
 
 
 def test_random_control_is_accounted_as_xcal_fl_for_the_same_sigmas():
     xcal, control = _client("xcal"), _client(RANDOM_CONTROL)
-    own, other = xcal.method_state, control.method_state
+    own, other = xcal.state, control.state
     for field in ("sigma_ref", "sigma_signal", "budget_scale"):
         assert getattr(own, field) == getattr(other, field)
     assert (own.filter.order, own.filter.budget) == (other.filter.order, other.filter.budget)
@@ -105,7 +101,7 @@ def test_random_control_is_accounted_as_xcal_fl_for_the_same_sigmas():
     sigmas = own.sigma_ref * rng.uniform(0.8, 1.2, xcal.total_steps)
     admitted = []
     for client in (xcal, control):
-        state = client.method_state
+        state = client.state
         admitted.append([state.filter.admit(float(s)) for s in sigmas])
         client.rounds = 2
         state.signal_ledger.charge(client.q, state.sigma_signal, client.total_steps)

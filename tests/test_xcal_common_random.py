@@ -41,8 +41,8 @@ def _observe(data: Path, out: Path, method: str, eps: str, monkeypatch) -> dict:
         return train_round(self, net, wrapped, global_state)
 
     def record_step(self, model, optimizer, xb, yb, noise_std):
-        seen["noise"].setdefault(self.index, self.noise.get_state().clone())
-        seen["batches"].setdefault(self.index, []).append((xb.clone(), yb.clone()))
+        seen["noise"].setdefault(self.account.index, self.noise.get_state().clone())
+        seen["batches"].setdefault(self.account.index, []).append((xb.clone(), yb.clone()))
         return dp_step(self, model, optimizer, xb, yb, noise_std)
 
     with monkeypatch.context() as patch:

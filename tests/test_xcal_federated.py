@@ -16,9 +16,11 @@ from conftest import XCAL_PARAMS, xcal_processed
 from dpmed.data.partition import apply_brightness, dirichlet_counts
 from dpmed.models import load_model
 from dpmed.runtime import JobContext
+from dpmed.xcal import federation as xcal_fed
 from dpmed.xcal import run as xcal_module
 from dpmed.xcal.client import ClientUpdate
-from dpmed.xcal.run import fedavg, run
+from dpmed.xcal.federation import fedavg
+from dpmed.xcal.run import run
 from dpmed.xcal.shifts import partition
 
 PARAMS = dict(XCAL_PARAMS)
@@ -158,7 +160,7 @@ def test_private_runs_stay_within_the_target_and_write_every_output(small, tmp_p
 
 
 def _dies_in_round_two(monkeypatch) -> None:
-    original, calls = xcal_module.xcal_eval.test_metrics, {"n": 0}
+    original, calls = xcal_fed.xcal_eval.test_metrics, {"n": 0}
 
     def dies(*args, **kwargs):
         calls["n"] += 1
@@ -166,7 +168,7 @@ def _dies_in_round_two(monkeypatch) -> None:
             raise KeyboardInterrupt("killed")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(xcal_module.xcal_eval, "test_metrics", dies)
+    monkeypatch.setattr(xcal_fed.xcal_eval, "test_metrics", dies)
 
 
 def test_a_killed_run_resumes_to_the_same_result(small, tmp_path, monkeypatch):
@@ -247,7 +249,7 @@ def test_a_run_killed_between_its_outputs_resumes_to_the_same_result(small, tmp_
         raise KeyboardInterrupt("killed while writing the outputs")
 
     with monkeypatch.context() as patch:
-        patch.setattr(xcal_module, "save_model", dies)
+        patch.setattr(xcal_fed, "save_model", dies)
         with pytest.raises(KeyboardInterrupt):
             run_xcal(small, tmp_path / "stopped", wc, PARAMS)
     assert (tmp_path / "stopped" / "privacy.json").exists()

@@ -16,12 +16,12 @@ import pytest
 import torch
 from conftest import XCAL_PARAMS, xcal_processed
 from opacus.accountants.analysis.rdp import _compute_rdp, get_privacy_spent
-from torch import nn
 
 from dpmed.runtime import JobContext
+from dpmed.xcal import federation as xcal_fed
 from dpmed.xcal import run as xcal_run
 from dpmed.xcal.calibration import BOUND_RTOL, CONTROL_RTOL
-from dpmed.xcal.client import Client, ClientSeeds
+from dpmed.xcal.client import ClientAccount
 from dpmed.xcal.methods import PAPER_POINT, RANDOM_CONTROL, resolve
 
 PARAMS = dict(XCAL_PARAMS)
@@ -64,12 +64,12 @@ def test_recorded_eps_per_round_is_an_independent_recount_of_what_ran(data, tmp_
     (and rounds.csv's `epsilon`) stays the whole run's filter bound."""
     params = PARAMS | {"rounds": 3, "band": 0.6}
     ran: list[list[tuple[list[float], int, float, float]]] = []
-    train_round = xcal_run.train_round
+    train_round = xcal_fed.train_round
 
     def record(fed, history, road_due, remote=None):
         scores = train_round(fed, history, road_due, remote)
         ran.append([(list(c.stats.sigmas), len(c.stats.signals), c.q,
-                     c.method_state.sigma_signal) for c in fed.clients])  # fmt: skip
+                     c.state.sigma_signal) for c in fed.accounts])  # fmt: skip
         return scores
 
     monkeypatch.setattr(xcal_run, "train_round", record)
@@ -91,26 +91,24 @@ def test_recorded_eps_per_round_is_an_independent_recount_of_what_ran(data, tmp_
     assert metrics["road_per_eps"] == pytest.approx(d_road / (recount[-1] - recount[0]), rel=1e-9)
 
 
-def _client(method: str, control: int, n: int = 190, **params) -> Client:
-    """A client of n images, 12 steps a round at batch 16, 30 rounds unless `params` says."""
-    x, y = torch.zeros((n, 1, 4, 4)), torch.zeros(n, dtype=torch.long)
+def _client(method: str, control: int, n: int = 190, **params) -> ClientAccount:
+    """The account of a client of n images, 12 steps a round at batch 16, 30 rounds unless
+    `params` says."""
     entry = resolve(method, True, PARAMS["presets"])
-    seeds = ClientSeeds(1, 2, noise=3, control=control)
-    return Client(0, x, y, entry, PARAMS | {"rounds": 30, **params}, TARGET, seeds, "")
+    params = PARAMS | {"rounds": 30, **params}
+    return ClientAccount.plan(0, n, entry, params, TARGET, control_seed=control)
 
 
 @pytest.mark.parametrize("control", range(4))
-def test_the_control_takes_every_planned_step(control, monkeypatch):
-    """Through the method's own step, the filter admits every σ_t of the control unchanged for
-    all T planned steps (σ_t drawn uniformly on the whole band would cost more than σ_ref's
+def test_the_control_takes_every_planned_step(control):
+    """Asked once per step (`next_sigma`), the filter admits every σ_t of the control unchanged
+    for all T planned steps (σ_t drawn uniformly on the whole band would cost more than σ_ref's
     and be halted before step T)."""
-    monkeypatch.setattr(Client, "dp_step", lambda *args: None)
-    client, model = _client(RANDOM_CONTROL, control), nn.Linear(1, 1)
-    method, state = client.method, client.method_state
+    client = _client(RANDOM_CONTROL, control)
+    method, state = client.method, client.state
     steps = client.total_steps
     assert steps == 360
-    assert all(method.step(client, model, None, None, None, None) for _ in range(steps))
-    assert list(client.stats.sigmas) == list(state.schedule)
+    assert [method.next_sigma(client, None) for _ in range(steps)] == list(state.schedule)
     assert state.filter.raised == 0 and not state.filter.halted
     # the signal's share is charged every step, as XCal-FL charges its signal step
     assert state.signal_ledger.history == [[state.sigma_signal, client.q, steps]]
@@ -122,7 +120,7 @@ def test_the_control_schedule_spends_the_filter_budget_in_the_band(control, band
     the band, in draw order) and its RDP at the filter's order, by Opacus' own series, is the
     filter's budget within CONTROL_RTOL below."""
     client = _client(RANDOM_CONTROL, control, rounds=10, band=band)
-    state = client.method_state
+    state = client.state
     sigmas, flt = np.array(state.schedule), state.filter
     sigma_ref = state.sigma_ref
     draws = torch.rand(len(sigmas), generator=torch.Generator().manual_seed(control),

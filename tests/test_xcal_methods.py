@@ -23,6 +23,7 @@ from dpmed.privacy.accounting import noise_multiplier
 from dpmed.runtime import JobContext
 from dpmed.xcal import grid as spec
 from dpmed.xcal import outputs
+from dpmed.xcal.federation import build_federation
 from dpmed.xcal.methods import (
     METHODS,
     Method,
@@ -32,7 +33,7 @@ from dpmed.xcal.methods import (
     resolve,
     split_method,
 )
-from dpmed.xcal.run import build_federation, run
+from dpmed.xcal.run import run
 from dpmed.xcal.shifts import SHIFTS
 from dpmed.xcal.spec import SPEC
 
@@ -225,12 +226,10 @@ def test_a_registered_toy_shift_runs_through_the_real_runner(tiny, tmp_path):
 
 # ------------------------------------------------------------------ per-client state
 
-# What a client is, whatever its method: data, sampling, generators, counters, the audit hook
-# and the method's own state.
+# What a client is, whatever its method: data, generators, the audit hook and its account
+# (plan, counters and the method's own state).
 CLIENT_ATTRIBUTES = {
-    "index", "x", "y", "method", "params", "cam_layer", "n", "steps_per_epoch", "q",
-    "total_steps", "sampler", "signal_sampler", "noise", "control", "delta", "rounds", "stats",
-    "audit", "method_state",
+    "x", "y", "cam_layer", "sampler", "signal_sampler", "noise", "audit", "account",
 }  # fmt: skip
 
 
@@ -258,7 +257,9 @@ def test_a_method_keeps_its_client_state_in_its_own_declared_type(
         client.load_state(client.state())
         client.train_round(fed.net, fed.wrapped, global_state)
         assert _attributes(client) == CLIENT_ATTRIBUTES
-        state = client.method_state
+        account = client.account
+        assert _attributes(account) == {f.name for f in dataclasses.fields(account)}
+        state = account.state
         if not fed.method.dp:
             assert state is None
             continue
@@ -266,4 +267,4 @@ def test_a_method_keeps_its_client_state_in_its_own_declared_type(
         assert _attributes(state) == {f.name for f in dataclasses.fields(state)}
         with pytest.raises(AttributeError):
             state.undeclared = 0.0
-        assert fed.method.reference_sigma(client) == state.sigma_ref > 0
+        assert fed.method.reference_sigma(account) == state.sigma_ref > 0

@@ -30,9 +30,9 @@ from conftest import XCAL_PARAMS, xcal_processed
 from dpmed.privacy.mechanisms import NOISE_SEEDED
 from dpmed.runtime import JobContext
 from dpmed.xcal.client import Client, ClientSeeds
+from dpmed.xcal.federation import TrainState, build_federation, client_seeds, train_round
 from dpmed.xcal.flower import wire
 from dpmed.xcal.methods import resolve
-from dpmed.xcal.run import History, build_federation, client_seeds, train_round
 from dpmed.xcal.signal import sigma_from_signal
 
 WC = {"dataset": "bloodmnist", "model": "resnet18", "shift": "iid", "clients": "2", "eps": "8",
@@ -61,12 +61,13 @@ def _run(processed, tmp_path, method: str, job_seed: int):
     job = JobContext(processed, tmp_path / f"{method}-{job_seed}", {**WC, "method": method},
                      PARAMS, seed=job_seed, device="cpu", threads=1)  # fmt: skip
     fed = build_federation(job, torch.device("cpu"))
-    history = History({k: v.detach().clone() for k, v in fed.net.state_dict().items()})
+    history = TrainState.start(fed.net)
     reports: list[dict] = []
 
     def remote(sampled, global_state):
-        updates = [c.train_round(fed.net, fed.wrapped, global_state) for c in sampled]
-        for client, update in zip(sampled, updates, strict=True):
+        clients = [fed.clients[k] for k in sampled]
+        updates = [c.train_round(fed.net, fed.wrapped, global_state) for c in clients]
+        for client, update in zip(clients, updates, strict=True):
             record = wire.report_record(client, update, NOISE_SEEDED)
             reports.append(_timeless(json.loads(str(record["json"]))))
         return updates
@@ -108,26 +109,29 @@ def test_xcal_fl_reports_sigma_t_computed_from_its_privatised_signal_only(proces
     ema, band = PARAMS["ema"], PARAMS["band"]
     last = _last(reports)
     for client in fed.clients:
-        privacy = last[client.index]["privacy"]
+        privacy = last[client.account.index]["privacy"]
         stats = privacy["stats"]
         smoothed, proposed = 0.5, []
         for signal in stats["signals"]:
             smoothed = ema * smoothed + (1 - ema) * signal
-            proposed.append(sigma_from_signal(smoothed, client.method_state.sigma_ref, band))
+            proposed.append(sigma_from_signal(smoothed, client.account.state.sigma_ref, band))
         # each σ_t is the proposed one, or the Rényi filter raised it (from its public ledger)
         raised = 0
         for sigma, wanted in zip(stats["sigmas"], proposed, strict=False):
             assert sigma == pytest.approx(wanted, rel=1e-12) or sigma > wanted
             raised += sigma != pytest.approx(wanted, rel=1e-12)
         assert raised == privacy["method"]["filter"]["raised"]
-        charged = last[client.index]["ledger"]["signal"]["history"]  # [σ_s, q, steps] runs
+        charged = last[client.account.index]["ledger"]["signal"]["history"]  # [σ_s, q, steps] runs
         assert sum(steps for _, _, steps in charged) == len(stats["signals"])
     assert [r["privacy"]["stats"]["signals"] for r in reports] != [
         r["privacy"]["stats"]["signals"] for r in other
     ]
 
 
-def test_the_control_generator_resumes_from_the_clients_state():
+def test_the_control_schedule_is_its_seeds_and_survives_a_resume():
+    """The random-σ_t control draws its T σ_t from the control seed alone when the client is
+    built, so a resumed client, rebuilt from its seeds and state, steps through the same
+    schedule; another control seed draws another."""
     x, y = torch.zeros((40, 1, 4, 4)), torch.zeros(40, dtype=torch.long)
     method = resolve("xcal-random", True, PARAMS["presets"])
 
@@ -135,9 +139,9 @@ def test_the_control_generator_resumes_from_the_clients_state():
         return Client(0, x, y, method, PARAMS, 8.0, ClientSeeds(1, 2, 3, control), "")
 
     first = client(5)
-    first.control_uniforms(3)  # a few draws in
-    saved = first.state()
-    ahead = first.control_uniforms(2)
-    resumed = client(6)
-    resumed.load_state(saved)
-    assert resumed.control_uniforms(2) == ahead
+    schedule = first.account.state.schedule
+    assert len(schedule) == first.account.total_steps
+    resumed = client(5)
+    resumed.load_state(first.state())
+    assert resumed.account.state.schedule == schedule
+    assert client(6).account.state.schedule != schedule

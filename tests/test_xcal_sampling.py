@@ -19,9 +19,10 @@ from torch import nn
 
 from dpmed.privacy.accounting import noise_multiplier
 from dpmed.runtime import JobContext
-from dpmed.xcal import run as xcal_run
+from dpmed.xcal import federation as xcal_fed
 from dpmed.xcal.client import ClientUpdate
-from dpmed.xcal.run import History, client_schedule, run, sampled_clients
+from dpmed.xcal.federation import TrainState, client_schedule, sampled_clients
+from dpmed.xcal.run import run
 
 TARGET = 3.0
 
@@ -77,16 +78,16 @@ def test_fedavg_averages_only_the_sampled_clients():
     net = nn.Linear(2, 1)
     stubs = [_Stub(1.0, 10), _Stub(2.0, 30), _Stub(5.0, 20), _Stub(7.0, 40)]
     evaluation = SimpleNamespace(scores=lambda: {"f1": 0.0, "accuracy": 0.0})
-    fed = xcal_run.Federation(
-        net, None, stubs, evaluation, SimpleNamespace(dp=False), {}, [[1, 2], [0, 3]]
+    fed = xcal_fed.Federation(
+        net, None, stubs, [], evaluation, SimpleNamespace(dp=False), {}, [[1, 2], [0, 3]]
     )
-    history = History({k: v.clone() for k, v in net.state_dict().items()})
-    xcal_run.train_round(fed, history, road_due=False)
+    history = TrainState({k: v.clone() for k, v in net.state_dict().items()})
+    xcal_fed.train_round(fed, history, road_due=False)
     expected = (30 * 2.0 + 20 * 5.0) / (30 + 20)  # round 1 samples clients 1 and 2
     torch.testing.assert_close(history.global_state["weight"], torch.full((1, 2), expected))
     torch.testing.assert_close(history.global_state["bias"], torch.full((1,), -expected))
     assert [s.calls for s in stubs] == [0, 1, 1, 0]
-    xcal_run.train_round(fed, history, road_due=False)
+    xcal_fed.train_round(fed, history, road_due=False)
     expected = (10 * 1.0 + 40 * 7.0) / (10 + 40)
     torch.testing.assert_close(net.weight.detach(), torch.full((1, 2), expected))
     assert [s.calls for s in stubs] == [1, 1, 1, 1]

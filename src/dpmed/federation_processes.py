@@ -6,22 +6,13 @@ OpenFL's aggregator/collaborators). Each process runs in its own session (proces
 stdout and stderr going to one log file, so a stop reaches the children it spawned and a
 failure can be read back from the log.
 
-API:
-    launch_lock(folder)                       one launch per output folder (flock on .lock)
-    free_port() -> int                        a TCP port on 127.0.0.1 free right now
-    start(name, cmd, log_path, env, cwd) -> Process
-    wait_for_port(port, timeout, procs)       until something listens on 127.0.0.1:port
-    wait_for_line(proc, pattern, timeout)     until the process's log has a line matching pattern
-    stop(procs, grace)                        SIGTERM each group, then SIGKILL after `grace` s
-    kill(proc)                                SIGKILL one group at once (a crash)
-    check_alive(procs)                        raise naming the first process that exited
-    group_alive(proc) -> bool                 whether any process of its group still exists
-    process_table(procs) -> list[dict]        name, pid, ports, command: the run's record
-    terminated_by_signals()                   context: SIGTERM/SIGINT raise `Terminated`, so
-                                              a launcher's `finally` stops its processes
-    NewLines(path).read() -> list[str]        the complete lines a file gained since the last
-                                              read (progress relayed from a process's files)
-    add_seeded_flag(parser)                   the launchers' one `--seeded` option
+The launchers' one skeleton (`dpmed fl-openfl`, `dpmed fl-flower`): `launcher_parser` (the
+options both share, with the same defaults), `launching` (one launch per folder: its lock,
+SIGTERM/SIGINT as `Terminated`, the previous launch's files cleared, the record
+processes.json, every process group stopped at the end) and `finish` (the exit status: 0, 1 on
+a failure, 128 + the signal's number). Each engine supplies its own options and its `deploy`,
+which starts its processes (`start`, `LaunchRecord.started`), waits for them (`wait_for_port`,
+`wait_for_line`, `watch`, `check_alive`) and relays their progress (`NewLines`).
 """
 
 from __future__ import annotations
@@ -30,14 +21,19 @@ import argparse
 import fcntl
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from dpmed.io import write_json
 
 
 class FederationProcessError(RuntimeError):
@@ -238,6 +234,15 @@ class NewLines:
         return data[:end].decode(errors="replace").splitlines()
 
 
+def watch(done: Callable[[], bool], deadline: float, what: str, poll: float = 0.2) -> None:
+    """Call `done` every `poll` s until it returns True; raise FederationProcessError naming
+    `what` once `time.monotonic()` passes `deadline` (the launch's --timeout)."""
+    while not done():
+        if time.monotonic() > deadline:
+            raise FederationProcessError(f"{what} did not end before the launch's timeout")
+        time.sleep(poll)
+
+
 def _signal_group(proc: Process, sig: int) -> None:
     try:
         os.killpg(proc.pid, sig)  # the session started for it: pgid == its pid
@@ -308,12 +313,129 @@ def process_table(procs: Iterable[Process]) -> list[dict]:
     ]
 
 
-def add_seeded_flag(parser: argparse.ArgumentParser) -> None:
-    """`--seeded`, the same on every launcher: without it the DP noise and client generators
-    draw from OS entropy (a deployment's default); with it from the job seeds, as the
-    simulation does, so a test can compare the two."""
+@dataclass
+class LaunchRecord:
+    """processes.json of a launch: its jobs (their output folders), each job's status
+    ("starting", "running", the engine's final status, or "stopped"), what stopped the launch
+    (`error`, None if nothing), the wall time in s and every process started. `write` replaces
+    the file atomically."""
+
+    path: Path
+    jobs: list[str]
+    processes: list[Process] = field(default_factory=list)
+    start: float = field(default_factory=time.perf_counter)
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        self.status = ["starting"] * len(self.jobs)
+
+    def write(self) -> dict[str, Any]:
+        record = {
+            "jobs": self.jobs,
+            "status": self.status,
+            "error": self.error,
+            "seconds": time.perf_counter() - self.start,
+            "processes": process_table(self.processes),
+        }
+        write_json(self.path, record)
+        return record
+
+    def started(self, proc: Process) -> Process:
+        """Record a process as it starts (the record rewritten): a signal's stop reaches it."""
+        self.processes.append(proc)
+        self.write()
+        return proc
+
+    def stopped(self, exc: BaseException) -> None:
+        """Record what stopped the launch (the first cause); jobs not finished become
+        "stopped"."""
+        self.error = self.error or str(exc) or type(exc).__name__
+        self.status = ["stopped" if s in ("starting", "running") else s for s in self.status]
+
+    def close(self) -> dict[str, Any]:
+        """Stop every process started (again: a signal may have cut an engine's own stop
+        short), then write the final record and return it. A first SIGTERM/SIGINT arriving
+        during the stop is recorded, the stop finished, and `Terminated` raised after the
+        write (`terminated_by_signals` raises only once)."""
+        try:
+            stop(self.processes)
+        except Terminated as exc:
+            self.stopped(exc)
+            stop(self.processes)
+            raise
+        finally:
+            final = self.write()
+        return final
+
+
+@contextmanager
+def launching(work: Path, jobs: Sequence[str], keep: Sequence[str] = ()) -> Iterator[LaunchRecord]:
+    """One launch in the folder `work`: hold its lock (a second launch stops before touching
+    it), turn SIGTERM/SIGINT into `Terminated`, remove what a previous launch left in `work`
+    (all but the lock and the names in `keep`) and keep its record `work`/processes.json for
+    `jobs`: written at once, the exception that ends the block recorded, and on exit every
+    process stopped and the final record written."""
+    work = Path(work).resolve()
+    with launch_lock(work), terminated_by_signals():
+        for stale in work.iterdir():
+            if stale.name in (".lock", *keep):
+                continue
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+        record = LaunchRecord(work / "processes.json", list(jobs))
+        try:
+            record.write()
+            yield record
+        except BaseException as exc:
+            record.stopped(exc)
+            raise
+        finally:
+            record.close()
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def launcher_parser(prog: str, doc: str, config: Path) -> argparse.ArgumentParser:
+    """A launcher's parser with the options both share (same defaults): its description the
+    first paragraph of `doc`, the rest the epilog; `config` the default config file."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=doc.split("\n\n")[0],
+        epilog=doc.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--out", type=Path, required=True, help="output folder")
+    parser.add_argument("--config", nargs="+", type=Path, default=[config],
+                        help=f"config files, merged in order (default {config.name})")  # fmt: skip
+    parser.add_argument("--processed", type=Path, help="processed dataset folder (default: the "
+                        "config's synthetic data, generated under OUT/data)")  # fmt: skip
     parser.add_argument(
         "--seeded",
         action="store_true",
-        help="draw noise from the job seeds: reproducible, for tests only",
+        help="draw the DP noise and client generators from the job seeds, as the simulation "
+        "does: reproducible, for tests only (default: OS entropy, as a deployment must)",
     )
+    parser.add_argument("--timeout", type=_seconds, default=3600.0,
+                        help="seconds before the launch is stopped (3600)")  # fmt: skip
+    parser.add_argument("--round-timeout", type=_seconds, default=600.0,
+                        help="seconds a round may take before it is stopped (600)")  # fmt: skip
+    return parser
+
+
+def finish(work: Path, launch: Callable[[], Mapping[str, Any]]) -> int:
+    """Run `launch` (returning its final record) and say how it ended: the processes and the
+    jobs' status on stdout, exit status 0; else the error on stderr, exit status 1, or 128 +
+    the signal's number when the launcher was signalled."""
+    try:
+        record = launch()
+    except FederationProcessError as exc:  # processes stopped, processes.json written
+        print(f"federation failed: {exc}; record in {work}", file=sys.stderr)
+        return 128 + exc.signum if isinstance(exc, Terminated) else 1
+    for proc in record["processes"]:
+        print(f"{proc['name']:<24} pid {proc['pid']:<8} ports {proc['ports']}  {proc['command']}")
+    print(f"{record['status']} in {record['seconds']:.1f} s; record in {work}")
+    return 0

@@ -7,19 +7,21 @@ in `<study>/sizing.py`); this module iterates over the study registry and never 
 study. Peak memory = Σ coefficient × memory feature. Time follows the one runtime model the
 preflight shares (`dpmed.sizing`): Σ count × seconds of one unit over the job's units of work
 (training steps, evaluation batches, aggregated updates, ROAD passes, ...), where the fitted
-seconds of a unit are its term's coefficient × the unit's work `size` (the preflight uses its
-measured seconds instead); the time features are therefore Σ count × size per term, plus a
-constant. The coefficients are fitted on peaks and times measured by running the real job
-scripts at several small sizes on CPU, and on the peaks and projected times a preflight measured
-at the paper's sizes (`bench/job_cost.py [--preflight DIR]`, which writes `job_cost.json` beside
-this module with the measured points), and on the jobs of real SLURM runs (`bench/job_cost.py
-refit`, from the executor's efficiency reports: `dpmed.efficiency_report`): memory as the least
-upper envelope of the measured peaks (every one at or below its prediction, so each measured
-job's request is at least `MEM_MARGIN` × its peak), time by non-negative least squares. Memory
-has fitted terms (the interpreter and libraries, `const`; activations per model, `act_*`, and
-for seg what DP-SGD's per-sample gradients and adaptive DP-Morph hold beside them) and terms
-whose size is known exactly: `host` (the arrays a job holds, host-side model states) and
-`device` (weights, gradients, optimiser moments and DP-SGD's per-sample gradients).
+seconds of a unit are its term's coefficient × the unit's work `size` plus what one unit costs
+whatever its size (`count_<unit>`: Python, data loading, optimiser and DP bookkeeping, the
+whole cost of a small job's step); the preflight uses its measured seconds instead. The time
+features are therefore Σ count × size per term, each unit's count and a constant (start-up).
+`bench/job_cost.py` fits the coefficients (this module's `job_cost.json`) on measured jobs,
+all on CPU: the Snakemake benchmarks of finished runs (the demo's, a workstation's or a
+cluster's), small cells it runs itself at several sizes, and a preflight's peaks and projected
+times at the paper's sizes. Memory is the least upper envelope of the measured peaks (every one
+at or below its prediction, so each measured job's request is at least `MEM_MARGIN` × its
+peak), time the non-negative least-squares fit of the relative residuals (jobs of seconds and of
+hours weigh alike). Memory has fitted terms (the interpreter and libraries, `const`;
+activations per model, `act_*`, and for seg what DP-SGD's per-sample gradients and adaptive
+DP-Morph hold beside them) and terms whose size is known exactly: `host` (the arrays a job
+holds, host-side model states) and `device` (weights, gradients, optimiser moments and DP-SGD's
+per-sample gradients).
 
 SLURM's `--mem` is host memory. A CPU job asks for all of it; a job that asks for a GPU keeps
 activations and gradients on the device, so it asks for the host part plus `CUDA_HOST_MB` for
@@ -104,17 +106,21 @@ def features(
     rule: str, config: Mapping[str, Any], wildcards: Mapping[str, str], hp: Mapping[str, Any]
 ) -> tuple[dict[str, float], dict[str, float]]:
     """(memory features, time features) of one job of `rule`; a time feature is the work its
-    coefficient prices, Σ count × size over the job's units of that term, plus `const`."""
+    coefficient prices, Σ count × size over the job's units of that term, a unit's count
+    (`count_<unit>`: what one unit costs whatever its size, the whole cost of a small job's
+    step), or `const`."""
     data = config["data"]
     time = {"const": 1.0}
-    for unit in work(rule, data, wildcards, hp).values():
+    for name, unit in work(rule, data, wildcards, hp).items():
         time[unit.term] = time.get(unit.term, 0.0) + unit.count * unit.size
+        time[f"count_{name}"] = unit.count
     return rule_sizing(rule).memory(data, wildcards, hp), time
 
 
 @cache
 def coefficients() -> dict[str, Any]:
-    """The fitted coefficients per rule (`bench/job_cost.py` writes them)."""
+    """The fitted coefficients per rule (`bench/job_cost.py` writes them; the points they were
+    fitted on are bench/job_cost_points.jsonl)."""
     return json.loads(COEFFICIENTS_FILE.read_text())
 
 

@@ -6,8 +6,9 @@ the shapes, so the study modules stay free of torch at import (Snakemake reads t
 parses the workflow).
 
 One runtime model serves both layers: a job's time is Σ count × seconds of one unit over its
-`Work`, the seconds either fitted (`job_cost.json`: a coefficient × the unit's work `size`) or
-measured by a preflight probe at the job's own sizes (`Work.measure`).
+`Work`, the seconds either fitted (`job_cost.json`: a coefficient × the unit's work `size`, plus
+a per-unit coefficient) or measured by a preflight probe at the job's own sizes
+(`Work.measure`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ class Work:
     Args:
         count: how many times the job runs it, from its config.
         size: the work of one unit in the fitted model's terms (e.g. images × pixels × width²);
-            the fitted seconds of one unit are the coefficient `term` × `size`.
+            the fitted seconds of one unit are the coefficient `term` × `size` plus the
+            unit's own coefficient (`count_<unit>`, its cost whatever its size).
         term: the fitted coefficient (`job_cost.json`) that prices it.
         measure: the preflight measure giving the seconds of one unit at the job's sizes.
         per: a measure counting the units `measure` timed at once (its seconds are divided by

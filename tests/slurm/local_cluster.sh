@@ -3,8 +3,8 @@
 # and `gpu` (one GPU gres whose device file is /dev/null: enough for the scheduler to place
 # `--gpus=1` jobs; the job itself finds no CUDA and runs on the CPU), and job accounting: a
 # private MariaDB (its data in the state folder) behind slurmdbd, with jobacct_gather/linux
-# sampling each job step's memory every second, so that `sacct` and the executor's
-# `--slurm-efficiency-report` see every job's comment, elapsed time and peak RSS. (Debian's
+# sampling each job step's memory every second, so that `sacct` sees every job's comment,
+# elapsed time and peak RSS. (Debian's
 # SLURM 22.05 has no file-based accounting storage: slurmdbd with MySQL/MariaDB is the only one
 # `sacct` reads step peaks from.)
 #
@@ -178,7 +178,7 @@ JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=$host
 AccountingStoragePort=$dbd_port
-# the executor keeps each job's rule and wildcards in its comment; the efficiency report reads it
+# the executor keeps each job's rule and wildcards in its comment; the test reads it
 AccountingStoreFlags=job_comment
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=task=1

@@ -4,13 +4,9 @@ run as docs/cluster.md tells users: `make slurm-profile` (into a temporary home)
 default; the cluster keeps accounting in slurmdbd). GPU jobs must reach the gpu partition with
 one GPU and the memory and time the cost model sizes from the smoke settings (a constant
 paper-scale request could not even be submitted); the seg cell's training and attack travel as
-one group job. The executor's efficiency report (the template's `slurm-efficiency-report`) must
-hold every job, and `bench/job_cost.py refit` must turn every training job into points with
-the measures sacct gives: the fets job alone, and the seg and xcal group jobs (their comments
-name no wildcards) through their members as their kept SLURM logs name them (the template's
-`slurm-keep-successful-logs`): the xcal group of one run a point of xcal_train, the seg cell's
-group (training, then attack) a time equation over both rules and a memory point of its
-largest member.
+one group job. `bench/job_cost.py --benchmarks` must turn every training and attack job into a
+point of its rule with the measures of the job's own Snakemake benchmark file, the seg cell's
+group members (training, then attack) each its own.
 
 Runs only inside tests/slurm/local_cluster.sh (`make test-slurm`), which starts a one-node
 cluster and sets DPMED_SLURM_CLUSTER and SLURM_CONF.
@@ -27,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from dpmed import efficiency_report, job_cost
+from dpmed import job_cost
 from dpmed.config.checks import check_config, load_configs
 from dpmed.seg.outputs import ATTACK_FILE
 
@@ -93,97 +89,44 @@ def submitted_rules(job: dict[str, str]) -> set[str]:
     return {rule for rule in RULE_NAMES if re.search(rf"(^rule_|_){rule}(_|$)", comment)}
 
 
-def sacct_measures(run_uuid: str) -> dict[str, tuple[float, float]]:
-    """comment → (wall seconds, peak MB) of each job of the run, from sacct directly: its
-    numbered steps' elapsed times summed and their peaks' largest (K units asked for)."""
-    out = subprocess.run(
-        ["sacct", f"--name={run_uuid}", "--parsable2", "--noheader", "--units=K",
-         "--format=JobID,Comment,ElapsedRaw,MaxRSS"],
-        check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
-    comments, measures = {}, {}
-    for line in out.splitlines():
-        job_id, comment, elapsed, rss = line.split("|")
-        main, _, step = job_id.partition(".")
-        if not step:
-            comments[main] = comment
-        elif step not in ("batch", "extern"):
-            sec, peak = measures.get(main, (0.0, 0.0))
-            measures[main] = (sec + int(elapsed), max(peak, float(rss.rstrip("K") or 0) / 1024))
-    return {comments[main]: value for main, value in measures.items()}
+def check_refit(work: Path, env: dict[str, str]) -> None:
+    """`bench/job_cost.py --benchmarks` on the run's working folder (its jobs ran on the CPU:
+    the cluster's GPU gres has no CUDA behind it) gives each training and attack rule one
+    point, with the seconds and peak of the job's benchmark file, and prints them (also into
+    refit.txt beside the work folder)."""
+    from dpmed.config.grid import wildcards_from_path
+    from dpmed.sizing import sized_rules
+    from dpmed.studies import STUDIES
 
-
-def check_efficiency_report(
-    folder: Path, slurm_logs: Path, work: Path, env: dict[str, str], seg_cell: dict[str, str]
-) -> None:
-    """The run's efficiency report holds each job's sacct measures, and the refit, given the
-    kept SLURM logs, turns the fets training job and the xcal group job (one run) into points of
-    their rules and the seg cell's group job (`seg_cell`'s training and attack, one after the
-    other) into a group time point and a memory point of one of its rules, printed side by
-    side (also into refit.txt beside the work folder)."""
-    (report,) = folder.glob("efficiency_report_*.csv")
-    run_uuid = report.stem.removeprefix("efficiency_report_")
-    jobs = {job.comment: job for job in efficiency_report.read_jobs(report)}
-    expected = sacct_measures(run_uuid)
-    assert jobs.keys() == expected.keys()
-    for comment, (seconds, peak_mb) in expected.items():
-        assert jobs[comment].seconds == seconds, comment
-        # sacct rounds a large peak to 3 digits (e.g. 1.50G) unless asked for K, as here
-        assert jobs[comment].peak_mb == pytest.approx(peak_mb, rel=0.01), comment
-
-    config = load_configs([SMOKE])
-    grid = check_config(config, REPO / "config" / "schema.yaml")
-    logs = efficiency_report.group_logs([slurm_logs])
-    by_comment = {job.comment: job.job_id for job in jobs.values()}
-    seg_job = by_comment["rule_seg_cell_seg_attack_seg_train"]
-    xcal_job = by_comment["rule_xcal_run_xcal_train"]
-    assert logs[seg_job] == efficiency_report.GroupLog(
-        (("seg_train", seg_cell), ("seg_attack", seg_cell)), serial=True
-    ), logs
-    assert [rule for rule, _ in logs[xcal_job].members] == ["xcal_train"], logs
-    points, groups, skipped = efficiency_report.cost_points(list(jobs.values()), config, grid, logs)
-    assert not [why for why in skipped if "group" in why], skipped
-    assert {"fets_train", "xcal_train"} <= points.keys() <= TRAINING_RULES, sorted(points)
-    for rule in ("fets_train", "xcal_train"):
-        (row,) = points[rule]
-        comment = (f"rule_{rule}_wildcards_{row['cell'].removeprefix(rule + '/')}"
-                   if rule == "fets_train" else "rule_xcal_run_xcal_train")  # fmt: skip
-        measured = (row["measured"]["time"], row["measured"]["mem"])
-        assert measured == pytest.approx(expected[comment], rel=0.01), comment
-    (group,) = groups
-    assert [m["rule"] for m in group["members"]] == ["seg_train", "seg_attack"]
-    seg_seconds, seg_peak = expected["rule_seg_cell_seg_attack_seg_train"]
-    assert (group["measured"]["time"], group["measured"]["mem"]) == pytest.approx(
-        (seg_seconds, seg_peak), rel=0.01
-    )
-    (seg_rule,) = points.keys() - {"fets_train", "xcal_train"}
-    assert points[seg_rule][0]["measured"]["mem"] == group["measured"]["mem"]
-    out = work / "job_cost.json"
+    out = work.parent / "job_cost.json"
     printed = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "job_cost.py"), "refit",
-         "--efficiency-report", str(report), "--slurm-logs", str(slurm_logs),
+        [sys.executable, str(REPO / "bench" / "job_cost.py"), "--benchmarks", str(work),
          "--configfile", str(SMOKE), "--out", str(out)],
         cwd=REPO, env=env, check=True, capture_output=True, text=True,
     ).stdout  # fmt: skip
     print(printed)
     (work.parent / "refit.txt").write_text(printed)
-    refitted = json.loads(out.read_text())
-    for rule in points:
-        assert refitted["slurm_fit"]["points"][rule] == 1
-        assert rule in printed
-    assert refitted["slurm_fit"]["groups"] == 1
-    assert f"{seg_job} rule_seg_cell_seg_attack_seg_train" in printed
+    assert json.loads(out.read_text())["points"]["run"] == dict.fromkeys(TRAINING_RULES, 1)
+    saved = out.with_name("job_cost_points.jsonl").read_text().splitlines()
+    for point in (p for p in map(json.loads, saved) if p["source"] == "run"):
+        rule, study = point["rule"], sized_rules()[point["rule"]]
+        run = STUDIES[study].path.format(**point["wildcards"])
+        assert wildcards_from_path(study, run) == point["wildcards"]
+        tsv = work / STUDIES[study].log(rule, "tsv").format(**point["wildcards"])
+        header, values = tsv.read_text().splitlines()[:2]
+        row = dict(zip(header.split("\t"), values.split("\t"), strict=True))
+        assert point["measured"]["time"] == float(row["s"]), rule
+        assert point["measured"].get("mem", float(row["max_rss"])) == float(row["max_rss"])
 
 
 def test_one_cell_of_each_study_runs_on_slurm(tmp_path):
     env = install_site_profile(tmp_path / "home")
     work = tmp_path / "work"
-    targets, expected, seg_cell = smoke_cells()
+    targets, expected, _ = smoke_cells()
     command = [
         sys.executable, "-m", "snakemake", *targets,
         "--directory", str(work), "--profile", "slurm", "--configfile", str(SMOKE),
         "--config", "device=auto",  # GPU rules ask for a GPU, as on a cluster
-        "--slurm-efficiency-report-path", str(tmp_path / "reports"),  # not the project root
         "--slurm-logdir", str(tmp_path / "slurm-logs"),
         "--max-threads", str(os.cpu_count()),
     ]  # fmt: skip
@@ -211,4 +154,4 @@ def test_one_cell_of_each_study_runs_on_slurm(tmp_path):
             hours, minutes = divmod(sum(expected[rule].runtime for rule in rules), 60)
             assert job["MinMemoryNode"] == f"{mem_mb}M", (rules, job["MinMemoryNode"])
             assert job["TimeLimit"] == f"{hours:02d}:{minutes:02d}:00", (rules, job)
-    check_efficiency_report(tmp_path / "reports", tmp_path / "slurm-logs", work, env, seg_cell)
+    check_refit(work, env)

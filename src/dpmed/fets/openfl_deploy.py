@@ -3,47 +3,36 @@ collaborator process per FeTS partition, over gRPC with the aggregator listening
 only (TLS off: an `INSECURE` warning on every start), started with OpenFL's own `fx` commands
 from the workspace template deploy/openfl/.
 
-    python -m dpmed.fets.openfl_deploy --out DIR [--processed PROC] [--partitions 1,2,3]
-        [--config config/smoke.yaml] [--set rounds=2 ...] [--dpmode sound --eps 1]
-        [--seeded] [--timeout 600] [--round-timeout 300]
+    dpmed fl-openfl --out DIR [--processed PROC] [--partitions 1,2,3] [--config FILE ...]
+        [--set rounds=2 ...] [--aggregator dp_simagg] [--dpmode sound] [--eps 1] [--seed 0]
+        [--seeded] [--timeout S] [--round-timeout S]
 
-Before anything starts, every `--set KEY=VALUE` (a `fets.defaults` key), `--eps`, `--dpmode` and
-`--seed` is checked as the workflow checks a config (`dpmed.config.checks.check_config`, the
-cell appended to the config's fets grid); a bad value stops the launcher naming its key. One
-launch per DIR: a second one on the same folder stops at once (`DIR/.lock`, held while the
-launcher runs) and touches nothing.
+Every `--set KEY=VALUE` (a `fets.defaults` key), `--eps`, `--dpmode` and `--seed` is checked
+first as the workflow checks a config, the cell appended to the config's fets grid; a bad value
+stops the launcher naming its key. DIR is the launch's folder (`dpmed.federation_processes`:
+one launch per folder, processes.json, SIGTERM/SIGINT, exit status); without --processed the
+config's synthetic FeTS data are generated under DIR/data.
 
 Steps, as OpenFL's users run a federation: each partition's subjects become a site folder
-(DIR/sites/<id>: its splits.csv rows, subjects/ linked); the workspace is copied to
-DIR/workspace, its plan filled with the fets job's parameters, common seeds and a free port,
-and its requirements.txt with this dpmed's version; `fx plan initialize` writes the initial
-model (seeded as the simulation's); `fx workspace export` packs the workspace
-(DIR/workspace/workspace.zip) and each site imports it (`fx workspace import`, in
-DIR/imports/<id>); then `fx aggregator start` in DIR/workspace and `fx collaborator start -n
-<id>` in each site's import run until the aggregator ends. OpenFL 1.9 waits for every
-collaborator of a round forever, so the federation stops with an error: when a collaborator
-dies (naming it), when a round has not ended `--round-timeout` s after it began (the aggregator
-names the collaborators that have not reported, `openfl_components.FetsAggregator`), when a
-round's uploads lack a tensor of the model or hold one it lacks (the aggregator names the
-collaborator and the tensor; a tensor of another shape or with a non-finite entry is screened
-as a zero update instead), at the `--timeout`, and on SIGTERM or SIGINT to the launcher (naming
-the signal). Every process group is stopped (`dpmed.federation_processes`) and the outputs are
-written in each case.
+(DIR/sites/<id>); the workspace is copied to DIR/workspace, its plan filled with the fets job's
+parameters, common seeds and a free port, and its requirements.txt with this dpmed's version;
+`fx plan initialize` writes the initial model; `fx workspace export` packs the workspace and
+each site imports it (DIR/imports/<id>); then `fx aggregator start` and `fx collaborator start
+-n <id>` in each import run until the aggregator ends. OpenFL 1.9 waits for every collaborator
+of a round forever, so the federation stops with an error naming the cause: a collaborator that
+died, a round not ended `--round-timeout` s after it began (`openfl_components.FetsAggregator`
+names who has not reported), a round's upload lacking a tensor of the model or holding one it
+lacks (a tensor of another shape or with a non-finite entry is screened as a zero update
+instead), the `--timeout`, or a signal. The outputs are written in each case.
 
-Outputs in DIR: processes.json (name, pid, ports, command, log, exit code of every process;
-rewritten as each process starts), logs/, model.pt (the last released global model,
-`dpmed.models.save_model`), rounds.csv (`rounds_frame`: per round the validation scores of its
-global model and its privacy columns), privacy.json (dpmed's fets record over the released
-rounds, `dpmed.fets.privacy.privacy_record`, its `not_covered` the files of DIR that the
-guarantee does not cover (`NOT_COVERED`), plus `extra.deployment`: engine, rounds planned,
-released and not released, status) and federation.json (status, error, wall seconds). Rounds
-count from 1 as in `dpmed.fets.run` (OpenFL's round r is round r + 1 here); a progress line
-per round gives its model's Dice and the ε spent once the collaborators have validated it.
-
-`--seeded` seeds the server's noise with the job seed, as the simulation does, so the
-federation reproduces `dpmed.fets.run` (tests); without it the noise comes from OS entropy, as
-a deployment must (anyone who knows the seed can subtract the noise). The Flower launcher
-(`dpmed.xcal.flower.deploy`) takes the same option.
+Outputs in DIR beside processes.json and logs/: model.pt (the last released global model),
+rounds.csv (`rounds_frame`), privacy.json (`dpmed.fets.privacy.privacy_record` over the
+released rounds, its `not_covered` the files of DIR the guarantee does not cover, plus
+`extra.deployment`: engine, rounds planned, released and not released, status). Rounds count
+from 1 as in `dpmed.fets.run` (OpenFL's round r is round r + 1 here); a progress line per round
+gives its model's Dice and the ε spent once the collaborators have validated it. `--seeded`
+seeds the server's noise with the job seed, as the simulation does (tests); without it the
+noise comes from OS entropy.
 """
 
 from __future__ import annotations
@@ -57,7 +46,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +68,7 @@ from dpmed.fets.brats import LABEL_VALUES
 from dpmed.fets.grid import server_config
 from dpmed.fets.server import ServerConfig
 from dpmed.install import workflow_file
-from dpmed.io import write_csv, write_json
+from dpmed.io import write_csv
 from dpmed.runtime import Progress
 
 TEMPLATE = workflow_file("deploy/openfl")
@@ -99,9 +88,8 @@ NOT_COVERED = {
     "the uploads without noise; extra.deployment, how the run ended",
     "logs": "the processes' logs: the validation scores, the screen's warnings naming a "
     "rejected collaborator and tensor, timings",
-    "federation.json": "status, error and wall-clock seconds, a side channel the guarantee "
-    "does not model",
-    "processes.json": "the processes' commands, ids, ports and exit codes",
+    "processes.json": "the launch's status, error and wall-clock seconds (a side channel the "
+    "guarantee does not model) and the processes' commands, ids, ports and exit codes",
     "workspace": "the aggregator's OpenFL workspace: the plan (with --seeded, the noise seed), "
     "workspace.zip, and in save/ the round records (dp_rounds.jsonl), the validation scores "
     "(validation.jsonl) and best.pbuf, the global model OpenFL kept for its best validation "
@@ -113,19 +101,6 @@ NOT_COVERED = {
     "data": "the synthetic FeTS data the launcher generated (no --processed)",
     ".lock": "the launcher's process id (one launch per folder)",
 }
-OUTPUTS = ("workspace", "imports", "logs", "model.pt", "rounds.csv", "privacy.json",
-           "federation.json", "processes.json")  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How a federation ended: status `complete` or `failed`, the error, rounds released."""
-
-    status: str
-    error: str
-    rounds: int
-    released: int
-    wall_s: float
 
 
 def subset_folder(processed: Path, folder: Path, partitions: Sequence[int]) -> Path:
@@ -152,7 +127,7 @@ def site_folders(processed: Path, root: Path, partitions: Sequence[int]) -> dict
 
 
 def fill_plan(plan: dict, params: Mapping[str, Any], wildcards: Mapping[str, str],
-              cfg: ServerConfig, port: int, round_timeout: float = 300.0) -> dict:  # fmt: skip
+              cfg: ServerConfig, port: int, round_timeout: float = 600.0) -> dict:  # fmt: skip
     """The template plan with the job's rounds, training parameters, common seeds (init,
     local, schedule), DP settings, the aggregator's port and round timeout (s)."""
     if cfg.epsilon0 is None:
@@ -205,56 +180,54 @@ def fx_command(*args: str) -> list[str]:
     return [str(Path(sys.executable).with_name("fx")), *args]
 
 
-def run_federation(workspace: Path, out: Path, collaborators: Sequence[str], port: int,
-                   timeout: float, progress: Progress) -> tuple[list[fp.Process], str]:  # fmt: skip
-    """Initialize and export the workspace, import it for each site (DIR/imports/<id>), start
-    the aggregator and the collaborators from their workspaces (processes.json rewritten at
-    each start), wait until the aggregator ends, a process fails, `timeout` s pass or the
-    launcher gets SIGTERM/SIGINT (within `fp.terminated_by_signals`), printing a `progress`
-    line per validated round; stop every process group. Returns (processes, error or '')."""
-    logs, procs, error = out / "logs", [], ""
+def run_federation(workspace: Path, record: fp.LaunchRecord, collaborators: Sequence[str],
+                   port: int, timeout: float,
+                   progress: Progress) -> fp.FederationProcessError | None:  # fmt: skip
+    """Initialize and export the workspace, import it for each site (imports/<id> beside it),
+    start the aggregator and the collaborators from their workspaces (each in `record`), wait
+    until the aggregator ends, a process fails, `timeout` s pass or the launcher is signalled,
+    printing a `progress` line per validated round; stop every process group. Returns the
+    error, or None."""
+    out = workspace.parent
     deadline = time.monotonic() + timeout
     imports = {c: out / "imports" / c for c in collaborators}
 
     def started(name: str, args: Sequence[str], cwd: Path, **ports: int) -> fp.Process:
-        log = logs / f"{name.replace('-', '_')}.log"
-        procs.append(fp.start(name, fx_command(*args), log, cwd=cwd, ports=ports))
-        write_json(out / "processes.json", fp.process_table(procs))
-        return procs[-1]
+        log = out / "logs" / f"{name.replace('-', '_')}.log"
+        return record.started(fp.start(name, fx_command(*args), log, cwd=cwd, ports=ports))
 
-    def steps(*named: tuple[str, Sequence[str], Path]) -> str:
-        """Run fx steps (name, arguments, folder) side by side; the first failure, or ''."""
+    def steps(*named: tuple[str, Sequence[str], Path]) -> None:
+        """Run fx steps (name, arguments, folder) side by side; raise naming the first that
+        failed."""
         for _, _, cwd in named:
             cwd.mkdir(parents=True, exist_ok=True)
         runs = [started(name, args, cwd) for name, args, cwd in named]
-        while any(r.alive() for r in runs) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        failed = next((r for r in runs if r.popen.poll() != 0), None)
-        if failed is None:
-            return ""
-        return f"{failed.name} failed; log {failed.log_path}:\n{failed.log_tail()}"
+        fp.watch(lambda: not any(r.alive() for r in runs), deadline, f"fx step {named[0][0]}")
+        failed = next((r for r in runs if r.popen.returncode != 0), None)
+        if failed is not None:
+            raise fp.FederationProcessError(
+                f"fx step {failed.name} failed; log {failed.log_path}:\n{failed.log_tail()}"
+            )
 
     try:
         archive = workspace / f"{workspace.name}.zip"  # where fx workspace export writes it
-        error = (steps(("plan-initialize", ["plan", "initialize"], workspace))
-                 or steps(("workspace-export", ["workspace", "export"], workspace))
-                 or steps(*[(f"workspace-import-{c}", ["workspace", "import", "--archive",
-                                                      str(archive)], imports[c])
-                            for c in collaborators]))  # fmt: skip
-        if error:
-            return procs, f"fx step {error}"
+        steps(("plan-initialize", ["plan", "initialize"], workspace))
+        steps(("workspace-export", ["workspace", "export"], workspace))
+        steps(*[(f"workspace-import-{c}", ["workspace", "import", "--archive", str(archive)],
+                 imports[c]) for c in collaborators])  # fmt: skip
         agg = started("aggregator", ["aggregator", "start"], workspace, grpc=port)
+        record.status = ["running"]
         fp.wait_for_port(port, max(1.0, deadline - time.monotonic()), [agg])
         cols = [started(f"collaborator-{c}", ["collaborator", "start", "-n", c],
                         imports[c] / workspace.name) for c in collaborators]  # fmt: skip
         released = RoundProgress(workspace / "save", progress)
-        error = watch(agg, cols, deadline, released.report, workspace / "save" / FAILURE)
+        watch(agg, cols, deadline, released.report, workspace / "save" / FAILURE)
         released.report()  # the rounds validated since the last check
     except fp.FederationProcessError as err:
-        error = str(err)
+        return err
     finally:
-        fp.stop(procs)
-    return procs, error
+        fp.stop(record.processes)
+    return None
 
 
 @dataclass
@@ -278,33 +251,40 @@ class RoundProgress:
 
 
 def watch(agg: fp.Process, cols: Sequence[fp.Process], deadline: float,
-          on_tick: Callable[[], None], failure: Path) -> str:  # fmt: skip
-    """Wait for the aggregator to end, calling `on_tick` between checks; '' when it ended well
-    and every collaborator quit cleanly, else the error (a collaborator that died, the
-    aggregator's failure: the error it wrote to `failure` when it stopped the federation, else
-    its log; a timeout)."""
-    while agg.alive():
+          on_tick: Callable[[], None], failure: Path) -> None:  # fmt: skip
+    """Wait for the aggregator to end, calling `on_tick` between checks; raise
+    FederationProcessError unless it ended well and every collaborator quit cleanly: naming a
+    collaborator that died, the aggregator's failure (the error it wrote to `failure` when it
+    stopped the federation, else its log), the timeout."""
+
+    def ended() -> bool:
         on_tick()
         for col in cols:
             code = col.popen.poll()
             if code not in (None, 0):
-                return (f"{col.name} (pid {col.pid}) died with exit code {code} while the "
-                        "aggregator was running; OpenFL 1.9's aggregator waits for every "
-                        "collaborator of a round (WaitForAllPolicy), so the federation was "
-                        f"stopped. Its log {col.log_path}:\n{col.log_tail(800)}")  # fmt: skip
-        if time.monotonic() > deadline:
-            return "the federation did not end before the timeout; stopped"
-        time.sleep(0.2)
+                raise fp.FederationProcessError(
+                    f"{col.name} (pid {col.pid}) died with exit code {code} while the aggregator "
+                    "was running; OpenFL 1.9's aggregator waits for every collaborator of a round "
+                    f"(WaitForAllPolicy), so the federation was stopped. Its log {col.log_path}:\n"
+                    f"{col.log_tail(800)}"
+                )
+        return not agg.alive()
+
+    fp.watch(ended, deadline, "the federation")
     if agg.popen.returncode != 0:
         if failure.exists():
-            return f"the aggregator stopped the federation: {failure.read_text().strip()}"
-        return f"the aggregator exited with code {agg.popen.returncode}:\n{agg.log_tail()}"
-    for col in cols:  # told to quit: they leave within a poll interval
-        while col.alive() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if col.popen.poll() != 0:
-            return f"{col.name} did not quit cleanly:\n{col.log_tail()}"
-    return ""
+            raise fp.FederationProcessError(
+                f"the aggregator stopped the federation: {failure.read_text().strip()}"
+            )
+        raise fp.FederationProcessError(
+            f"the aggregator exited with code {agg.popen.returncode}:\n{agg.log_tail()}"
+        )
+    fp.watch(lambda: not any(col.alive() for col in cols), deadline, "the collaborators")
+    unclean = next((col for col in cols if col.popen.returncode != 0), None)
+    if unclean is not None:  # told to quit, each leaves within a poll interval
+        raise fp.FederationProcessError(
+            f"{unclean.name} did not quit cleanly:\n{unclean.log_tail()}"
+        )
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
@@ -349,9 +329,10 @@ def not_covered(out: Path, cfg: ServerConfig) -> list[str]:
 
 
 def write_outputs(out: Path, workspace: Path, params: Mapping[str, Any], cfg: ServerConfig,
-                  outcome: Outcome) -> None:  # fmt: skip
-    """rounds.csv, federation.json, model.pt and privacy.json of the run (module docstring),
-    privacy.json last: its `not_covered` names every file the run wrote."""
+                  status: str) -> None:  # fmt: skip
+    """rounds.csv, model.pt and privacy.json of the run (module docstring), privacy.json last:
+    its `not_covered` names every file the run wrote, its `extra.deployment` the engine, the
+    launch's `status` and the rounds planned, released and not released."""
     from dpmed.fets.collaborator import load_numpy_state  # torch: only once a federation ran
     from dpmed.fets.run import MODEL
     from dpmed.models import build_model, save_model
@@ -360,12 +341,11 @@ def write_outputs(out: Path, workspace: Path, params: Mapping[str, Any], cfg: Se
     records, scores = read_records(save), read_scores(save)
     if records or scores:
         write_csv(out / "rounds.csv", rounds_frame(records, scores))
-    planned = list(range(1, outcome.rounds + 1))
+    planned = list(range(1, int(params["rounds"]) + 1))
     released = [int(r["round"]) + 1 for r in records]
-    deployment = {"engine": ENGINE, "status": outcome.status, "rounds_planned": outcome.rounds,
+    deployment = {"engine": ENGINE, "status": status, "rounds_planned": len(planned),
                   "released_rounds": released,
                   "not_released_rounds": [r for r in planned if r not in released]}  # fmt: skip
-    write_json(out / "federation.json", {**asdict(outcome), **deployment})
     if records:
         arguments = {"in_channels": len(fets.MODALITIES), "n_classes": len(LABEL_VALUES),
                      "base_filters": int(params["base_filters"]), "depth": int(params["depth"]),
@@ -383,14 +363,6 @@ def write_outputs(out: Path, workspace: Path, params: Mapping[str, Any], cfg: Se
         record.write(out / "privacy.json", "fets")
 
 
-def prepare_data(out: Path, config: Mapping[str, Any], processed: Path | None) -> Path:
-    """The processed FeTS folder: `processed`, or the config's synthetic FeTS data generated
-    and preprocessed under DIR/data as the workflow's data stage makes them."""
-    if processed is not None:
-        return processed
-    return synthetic_processed("fets", config["data"]["fets"], out / "data")
-
-
 def deploy(
     out: Path,
     processed: Path,
@@ -398,20 +370,15 @@ def deploy(
     wildcards: Mapping[str, str],
     partitions: Sequence[int],
     seeded: bool = False,
-    timeout: float = 600.0,
+    timeout: float = 3600.0,
     template: Path = TEMPLATE,
-    round_timeout: float = 300.0,
-) -> Outcome:
-    """Run one federation (module docstring) under `out`'s lock; raises
-    `FederationProcessError` after writing the outputs when it failed (before touching `out`
-    when another launch holds it)."""
+    round_timeout: float = 600.0,
+) -> dict[str, Any]:
+    """Run one federation (module docstring) in a launch of `out` (`fp.launching`, generated
+    data kept); returns the final processes.json. Raises `FederationProcessError` after
+    writing the outputs when it failed (before touching `out` when another launch holds it)."""
     out = Path(out).resolve()
-    with fp.launch_lock(out), fp.terminated_by_signals():
-        for stale in (out / name for name in OUTPUTS):  # a previous run's, in this folder
-            if stale.is_dir():
-                shutil.rmtree(stale)
-            else:
-                stale.unlink(missing_ok=True)
+    with fp.launching(out, [str(out)], keep=["data"]) as record:
         noise_seed = job_seed("fets", wildcards) if seeded else None
         cfg = server_config(params, wildcards, noise_seed)
         sites = site_folders(Path(processed), out / "sites", partitions)
@@ -425,18 +392,14 @@ def deploy(
                   file=sys.stderr, flush=True)  # fmt: skip
         workspace = out / "workspace"
         make_workspace(workspace, template, plan, sites)
-        start = time.monotonic()
         label = f"openfl {wildcards['aggregator']} {wildcards['dpmode']} eps0={wildcards['eps']}"
-        procs, error = run_federation(workspace, out, list(sites), port, timeout,
-                                      Progress(label, int(params["rounds"])))  # fmt: skip
-        write_json(out / "processes.json", fp.process_table(procs))
-        released = len(read_records(workspace / "save"))
-        outcome = Outcome("failed" if error else "complete", error, int(params["rounds"]), released,
-                          time.monotonic() - start)  # fmt: skip
-        write_outputs(out, workspace, params, cfg, outcome)
+        error = run_federation(workspace, record, list(sites), port, timeout,
+                               Progress(label, int(params["rounds"])))  # fmt: skip
+        write_outputs(out, workspace, params, cfg, "failed" if error else "complete")
         if error:
-            raise fp.FederationProcessError(error)
-        return outcome
+            raise error
+        record.status = ["complete"]
+    return json.loads(record.path.read_text())
 
 
 def checked_settings(
@@ -479,25 +442,9 @@ def _value(text: str) -> tuple[str, Any]:
         return key, parsed
 
 
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m dpmed.fets.openfl_deploy",
-        description="Run DP-SimAgg in a local OpenFL 1.9 federation (aggregator + one "
-        "collaborator process per FeTS partition, gRPC on 127.0.0.1, TLS off).",
-    )
-    parser.add_argument("--out", type=Path, required=True, help="output folder")
-    parser.add_argument("--processed", type=Path, help="processed FeTS folder (default: the "
-                        "config's synthetic FeTS data, generated under OUT/data)")  # fmt: skip
+    parser = fp.launcher_parser("dpmed fl-openfl", __doc__, workflow_file("config/smoke.yaml"))
     parser.add_argument("--partitions", default="1,2,3", help="partition ids, one site each")
-    parser.add_argument("--config", type=Path, default=workflow_file("config/smoke.yaml"),
-                        help="dpmed config: fets.defaults and data.fets")  # fmt: skip
     parser.add_argument("--set", type=_value, action="append", default=[], metavar="KEY=VALUE",
                         help="override a fets parameter, e.g. rounds=2")  # fmt: skip
     private = [name for name in AGGREGATORS if AGGREGATORS[name].private]
@@ -505,37 +452,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dpmode", default="sound", choices=sorted(DP_MODES.names()))
     parser.add_argument("--eps", default="1", help="eps0 per round (wildcard spelling)")
     parser.add_argument("--seed", default="0", help="seed wildcard (common seeds)")
-    fp.add_seeded_flag(parser)
-    parser.add_argument("--timeout", type=_seconds, default=600.0, help="seconds before stopping")
-    parser.add_argument("--round-timeout", type=_seconds, default=300.0, help="seconds a round "
-                        "may take before the aggregator stops the federation")  # fmt: skip
     args = parser.parse_args(argv)
     from snakemake_interface_common.exceptions import WorkflowError  # the schema check's error
 
-    config = load_configs([args.config])
+    config = load_configs(args.config)
     wildcards = {"aggregator": args.aggregator, "dpmode": args.dpmode, "eps": args.eps,
                  "seed": args.seed}  # fmt: skip
     try:
-        params = checked_settings(config, args.set, wildcards, [args.config])
+        params = checked_settings(config, args.set, wildcards, args.config)
     except (ValueError, WorkflowError) as err:  # a ConfigError is a ValueError
         parser.exit(2, f"{parser.prog}: refused before starting anything: {err}\n")
     partitions = [int(p) for p in args.partitions.split(",")]
     out = args.out.resolve()
-    try:
-        with fp.launch_lock(out):
-            processed = prepare_data(out, config, args.processed)
-            outcome = deploy(out, processed, params, wildcards, partitions, args.seeded,
-                             args.timeout, round_timeout=args.round_timeout)  # fmt: skip
-    except fp.FederationProcessError as err:
-        print(f"federation failed: {err}", file=sys.stderr)
-        return 1
-    table = pd.DataFrame(json.loads((args.out / "processes.json").read_text()))
-    print(table[["name", "pid", "ports", "command"]].to_string(index=False))
-    print(
-        f"{outcome.released}/{outcome.rounds} rounds released in {outcome.wall_s:.1f} s; "
-        f"outputs in {args.out}"
-    )
-    return 0
+
+    def launch() -> dict[str, Any]:
+        with fp.launch_lock(out):  # the data stage too
+            processed = args.processed or synthetic_processed("fets", config["data"]["fets"],
+                                                              out / "data")  # fmt: skip
+            return deploy(out, processed, params, wildcards, partitions, args.seeded,
+                          args.timeout, round_timeout=args.round_timeout)  # fmt: skip
+
+    return fp.finish(out, launch)
 
 
 if __name__ == "__main__":

@@ -59,8 +59,7 @@ SPLITS = "data/processed/fets/splits.csv"
 _WRITERS = "dpmed.fets.report"
 
 # Rule name → table/figure (`dpmed.report.outputs`), in `rule all` order: a new table or figure
-# is its writer in dpmed.fets.report (the sweep's: dpmed.fets.sweep_report), its entry here and
-# its caption in captions/.
+# is its writer in dpmed.fets.report, its entry here and its caption in captions/.
 REPORTS: Registry[ReportOutput] = Registry("fets report")
 for _name, _writer, _stem, _caption, _subcategory in (
     ("fets_table2", "table2", "results/tables/fets_table2", "fets_table2", "Table II"),
@@ -124,7 +123,7 @@ REPORTS.add(
 REPORTS.add(
     "fets_eps_sweep",
     ReportOutput(
-        "dpmed.fets.sweep_report:eps_sweep",
+        f"{_WRITERS}:eps_sweep",
         {"png_path": ("results/figures/fets_eps_sweep", "fets_eps_sweep"),
          "csv_path": ("results/tables/fets_eps_sweep", "fets_eps_sweep_table")},
         "eps0 x collaborators per round",

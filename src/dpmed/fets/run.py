@@ -40,7 +40,7 @@ from torch import nn
 from dpmed.checkpoint import Checkpoint
 from dpmed.config.grid import common_seed
 from dpmed.data import fets
-from dpmed.fets import privacy, selection, timing
+from dpmed.fets import privacy, round_clock, selection
 from dpmed.fets.brats import DICE_KEYS, LABEL_VALUES
 from dpmed.fets.collaborator import Collaborator, LocalTraining, load_numpy_state, state_to_numpy
 from dpmed.fets.grid import server_config
@@ -123,7 +123,7 @@ class Federation:
     model_arguments: dict[str, Any]
     collaborators: dict[str, Collaborator]
     choices: list[selection.Choice]
-    profiles: dict[str, timing.TimeProfile]
+    profiles: dict[str, round_clock.TimeProfile]
     timed_samples: int
     training: LocalTraining
     local_seed: int
@@ -176,12 +176,12 @@ def build_federation(job: JobContext, device: torch.device) -> Federation:
                                  int(params["rounds"]), params["selection"],
                                  common_seed("fets", job.wildcards, "schedule"))  # fmt: skip
     return Federation(model, arguments, dict(zip(names, collaborators, strict=True)), choices,
-                      timing.time_profiles(names), int(params["timing_samples_per_subject"]),
+                      round_clock.time_profiles(names), int(params["timing_samples_per_subject"]),
                       training, common_seed("fets", job.wildcards, "local"))  # fmt: skip
 
 
 @dataclass
-class RunState:
+class TrainState:
     """What a round changes (and a checkpoint holds).
 
     Args:
@@ -196,7 +196,7 @@ class RunState:
     round: int
     state: dict[str, np.ndarray]
     rows: list[dict[str, Any]]
-    score: timing.ConvergenceScore
+    score: round_clock.ConvergenceScore
     times: dict[tuple[int, int], float]
     meter: ResourceMeter
 
@@ -207,30 +207,30 @@ class RunState:
                 "times": self.times}  # fmt: skip
 
 
-def resume(checkpoint: Checkpoint, device: torch.device) -> RunState | None:
+def resume(checkpoint: Checkpoint, device: torch.device) -> TrainState | None:
     """The state after the last completed round of an interrupted run of this job, or None."""
     saved = checkpoint.load()
     if saved is None:
         return None
     print(f"resuming {checkpoint.path.parent} after round {saved['round']}", flush=True)
     state = {name: tensor.numpy() for name, tensor in saved["state"].items()}  # saved as tensors
-    return RunState(saved["round"], state, saved["rows"],
-                    timing.ConvergenceScore(**saved["score"]), saved["times"],
+    return TrainState(saved["round"], state, saved["rows"],
+                    round_clock.ConvergenceScore(**saved["score"]), saved["times"],
                     ResourceMeter(device, Totals(**saved["totals"])))  # fmt: skip
 
 
-def first_state(federation: Federation, cfg: ServerConfig, device: torch.device) -> RunState:
+def first_state(federation: Federation, cfg: ServerConfig, device: torch.device) -> TrainState:
     """A fresh run: the untrained model and its validation as round 0."""
     state = state_to_numpy(federation.model)
-    score, meter = timing.ConvergenceScore(), ResourceMeter(device)
+    score, meter = round_clock.ConvergenceScore(), ResourceMeter(device)
     rows = [{"round": 0, "chosen": "", "round_time_s": 0.0, "sim_time_s": 0.0,
              **federation.validate(state), "convergence_score": 0.0,
              **privacy.round_columns(cfg, 0, None)}]  # fmt: skip
-    return RunState(0, state, rows, score, {}, meter)
+    return TrainState(0, state, rows, score, {}, meter)
 
 
 def play_round(
-    federation: Federation, server: Server, run: RunState, fl_round: int
+    federation: Federation, server: Server, run: TrainState, fl_round: int
 ) -> RoundMechanisms | None:
     """Round `fl_round` (1-based): the chosen collaborators train, the server aggregates, the
     timing model times the round, the score adds that time at the Dice of the model the round
@@ -238,7 +238,7 @@ def play_round(
     the round's row to `run` and returns its mechanisms (None when non-private)."""
     chosen = [str(c) for c in federation.choices[fl_round - 1].collaborators]
     run.state, mech = aggregate_round(federation, server, run.state, chosen, fl_round)
-    times = timing.round_times(federation.profiles, federation.sizes, chosen,
+    times = round_clock.round_times(federation.profiles, federation.sizes, chosen,
                                federation.training.local_epochs, fl_round - 1,
                                federation.timed_samples)  # fmt: skip
     round_time = max(times.values())
@@ -274,7 +274,7 @@ def aggregate_round(
 
 
 def write_outputs(
-    job: JobContext, cfg: ServerConfig, federation: Federation, run_state: RunState
+    job: JobContext, cfg: ServerConfig, federation: Federation, run_state: TrainState
 ) -> dict[str, Any]:
     """Write the run's output files; returns metrics.json's content."""
     out_dir, rows = job.out_dir, run_state.rows

@@ -11,15 +11,21 @@ parameter count it may build: `load_model` checks both before allocating anythin
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import inspect
+import json
 import math
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpmed.errors import DataFormatError
+from dpmed.io import atomic_path
 from dpmed.registry import Registry, resolve
 
 if TYPE_CHECKING:
@@ -144,10 +150,37 @@ def model_arguments(name: str, available: Mapping[str, Any]) -> dict[str, Any]:
 
 @cache
 def parameter_count(name: str, **arguments: Any) -> int:
-    """Trainable parameters of registry model `name` built with `arguments` (those it takes;
-    built once per distinct architecture, to size its jobs)."""
-    net = build_model(name, **model_arguments(name, arguments))
-    return sum(p.numel() for p in net.parameters() if p.requires_grad)
+    """Trainable parameters of registry model `name` built with `arguments` (those it takes),
+    to size its jobs. Built once per distinct architecture; a network of this package is then
+    kept in `parameter_cache()`, so planning a workflow's jobs imports neither torch nor MONAI
+    (seconds per Snakemake call) once its architectures were counted."""
+    key = json.dumps([name, arguments], sort_keys=True)
+    path = parameter_cache() if MODELS[name].target.startswith(f"{__name__}.") else None
+    try:
+        counts = json.loads(path.read_text()) if path else {}
+    except (OSError, ValueError):
+        counts = {}
+    if key not in counts:
+        net = build_model(name, **model_arguments(name, arguments))
+        counts[key] = sum(p.numel() for p in net.parameters() if p.requires_grad)
+        if path:
+            with contextlib.suppress(OSError), atomic_path(path) as tmp:
+                tmp.write_text(json.dumps(counts, sort_keys=True))
+    return counts[key]
+
+
+@cache
+def parameter_cache() -> Path:
+    """The cache file of parameter counts (under `$XDG_CACHE_HOME/dpmed`, else `~/.cache/dpmed`),
+    named by a digest of this package's sources and the torch and MONAI versions, so a changed
+    network is counted again."""
+    digest = hashlib.sha256()
+    for source in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(source.read_bytes())
+    for package in ("torch", "monai"):
+        digest.update(metadata.version(package).encode())
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "dpmed" / f"parameter_counts-{digest.hexdigest()[:16]}.json"
 
 
 def save_model(path: str | Path, name: str, arguments: Mapping[str, Any], net: nn.Module) -> None:

@@ -1,5 +1,5 @@
 """Audits of private xcal cells (`dpmed.audit`): the federation as
-`dpmed.xcal.run.prepare` builds it and the runner's rounds, with canaries entering each
+`dpmed.xcal.federation.prepare` builds it and the runner's rounds, with canaries entering each
 client's DP step through `Client.audit` (`gradient`: Dirac canaries, canary j belonging to
 client j mod K and sampled at that client's q; XCal-FL's signal step does not see them, a
 record whose signal is 0, a value it may take) or the clients' data (`input`: held-out images
@@ -24,7 +24,7 @@ from dpmed.privacy.audit.cell import CellAudit, audit_generator, canary_norm, re
 from dpmed.privacy.audit.dirac import DiracCanaries
 from dpmed.privacy.dpsgd import opacus_clip_factors, trainable
 from dpmed.runtime import JobContext
-from dpmed.xcal import run as xcal_run
+from dpmed.xcal import federation as xcal_fed
 from dpmed.xcal.privacy import privacy_record
 from dpmed.xcal.spec import SPEC
 
@@ -69,7 +69,7 @@ class InputCanaries:
     ) -> InputCanaries:
         """`count` images of the val and test splits (never trained on), drawn without
         replacement, each with a uniformly drawn wrong label and included w.p. ½."""
-        splits = [xcal_run.load_split(processed_dir, split) for split in ("val", "test")]
+        splits = [xcal_fed.load_split(processed_dir, split) for split in ("val", "test")]
         images = np.concatenate([s[0] for s in splits])
         labels = np.concatenate([s[1] for s in splits]).reshape(-1)
         if not 0 < count <= len(labels):
@@ -104,14 +104,14 @@ class InputCanaries:
         losses = []
         with torch.no_grad():
             for start in range(0, len(self.labels), SCORE_BATCH):
-                x = xcal_run.to_tensor(self.images[start : start + SCORE_BATCH], device)
+                x = xcal_fed.to_tensor(self.images[start : start + SCORE_BATCH], device)
                 y = torch.from_numpy(self.labels[start : start + SCORE_BATCH]).to(device)
                 losses.append(F.cross_entropy(net(x), y, reduction="none").double().cpu())
         return -torch.cat(losses).numpy()
 
 
 def _dirac_audits(
-    job: JobContext, fed: xcal_run.Federation, canaries: int, noise_scale: float
+    job: JobContext, fed: xcal_fed.Federation, canaries: int, noise_scale: float
 ) -> tuple[DiracCanaries, float]:
     """Draw the cell's Dirac canaries over the global model and give every client its own
     (canary j → client j mod K, sampled at the client's q); the canaries and their norm."""
@@ -123,7 +123,7 @@ def _dirac_audits(
     owner = torch.arange(canaries) % len(fed.clients)
     for k, client in enumerate(fed.clients):
         mine = owner == k
-        own = DiracCanaries(dirac.coordinates[mine], dirac.included[mine], norm, client.q)
+        own = DiracCanaries(dirac.coordinates[mine], dirac.included[mine], norm, client.account.q)
         client.audit = ClientAudit(own, audit_generator(job, "steps", k), noise_scale)
     return dirac, norm
 
@@ -137,7 +137,7 @@ def audit_cell(
 ) -> CellAudit:
     """Train the private xcal cell of `job` with `canaries` canaries of `setting` and audit it.
 
-    The run is `dpmed.xcal.run`'s federation and rounds (`prepare`, `train_round`; ROAD
+    The run is `dpmed.xcal.federation`'s federation and rounds (`prepare`, `train_round`; ROAD
     skipped), the canaries entering through `Client.audit` (gradient) or the clients' data
     (input).
     """
@@ -149,8 +149,8 @@ def audit_cell(
         inputs = InputCanaries.draw(
             Path(job.processed_dir), canaries, int(meta["n_classes"]), generator
         )
-        parts = inputs.add_to(xcal_run.client_partitions(job))
-    prepared = xcal_run.prepare(job, parts)
+        parts = inputs.add_to(xcal_fed.client_partitions(job))
+    prepared = xcal_fed.prepare(job, parts)
     device, fed = prepared.device, prepared.federation
     if not fed.method.dp:
         raise ValueError(f"xcal cell {job.wildcards} is not private: nothing to audit")
@@ -170,13 +170,12 @@ def audit_cell(
         def final_scores() -> tuple[np.ndarray, np.ndarray]:
             return inputs.scores(fed.net, device), inputs.included
 
-    initial = {k: v.detach().clone() for k, v in fed.net.state_dict().items()}
-    history = xcal_run.History(initial)
+    state = xcal_fed.TrainState.start(fed.net)
     for _ in range(job.params["rounds"]):
-        xcal_run.train_round(fed, history, road_due=False)
+        xcal_fed.train_round(fed, state, road_due=False)
     scores, included = final_scores()
     wc = dict(job.wildcards)
-    record = privacy_record(fed.clients, fed.method, parse_eps(wc["eps"]), job.params)
+    record = privacy_record(fed.accounts, fed.method, parse_eps(wc["eps"]), job.params)
     result = best_audit(scores, included, confidence, record.delta)
     return CellAudit(
         "xcal",

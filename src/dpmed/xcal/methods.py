@@ -1,10 +1,11 @@
 """The xcal methods (paper 001 §5): one registered entry per method.
 
 An entry says what the method is (private or not, federated or centralized, whether it takes a
-signal-weight preset) and how a client trains under it (noise calibration, per-round noise,
-one local step, ε spent, the privacy.json fields). Each method declares the state it keeps per
-client (`FixedSigmaState`, `XCalState`; none for non-private SGD): `calibrate` creates it, the
-client holds it without reading it (`Client.method_state`) and only the method's hooks use it.
+signal-weight preset) and how a client trains under it: its noise calibration, the per-round
+noise allocation, σ_t for each step (`Method.next_sigma`, asked once per step by the client),
+ε spent and the privacy.json fields. Each method declares the state it keeps per client
+(`FixedSigmaState`, `XCalState`; none for non-private SGD): `calibrate` creates it, the client's
+`ClientAccount.state` holds it and only the method's hooks read it.
 The config schema's pattern, the `method` wildcard, the grid's validity rules and the report's
 method order all read `METHODS`, in registration order.
 
@@ -26,8 +27,8 @@ if TYPE_CHECKING:
     from torch import nn
 
     from dpmed.privacy.adaptive import RdpLedger, RenyiFilter
+    from dpmed.xcal.account import ClientAccount, SignalDraw
     from dpmed.xcal.calibration import Budget
-    from dpmed.xcal.client import Client
 
 PRESET_PATTERN = "[a-z0-9]+"
 # Roles of the paper's comparisons (report tables and figures): the non-private baseline, the
@@ -76,17 +77,17 @@ class XCalState:
         return sum(int(n) for *_, n in self.ledger.history)
 
 
-def trained_sigmas(clients: list[Client]) -> list[float]:
+def trained_sigmas(clients: list[ClientAccount]) -> list[float]:
     """The distinct reference σ of the clients that trained (a client the server never sampled
     released nothing)."""
-    return sorted({float(c.method_state.sigma_ref) for c in clients if c.rounds})
+    return sorted({float(c.state.sigma_ref) for c in clients if c.rounds})
 
 
 @dataclass(frozen=True)
 class Method:
     """DP-SGD at the fixed noise multiplier σ_ref that meets the target ε, flat clipping (the
     `static` baseline). Other methods override the hooks they change; every hook gets the
-    `Client` whose `method_state` (this class: a `FixedSigmaState`) it reads and updates.
+    `ClientAccount` whose `state` (this class: a `FixedSigmaState`) it reads and updates.
 
     Args:
         private: True: needs a finite ε; False: needs ε = inf; None: either (at ε = inf the
@@ -105,79 +106,70 @@ class Method:
     weights: tuple[float, ...] | None = None
 
     dp: ClassVar[bool] = True  # whether the run adds noise (and has a wrapper, a ledger)
+    uses_signal: ClassVar[bool] = False  # whether σ_t needs the step's signal (`next_sigma`)
     mechanism: ClassVar[str] = "DP-SGD, Poisson-subsampled Gaussian, flat clipping (per client)"
     # Why the method, as its paper describes it, has no formal guarantee (privacy.json then
     # says "paper-approximation" with this reason); None: its ε is a proven bound.
     paper_flaw: ClassVar[str | None] = None
 
-    def calibrate(self, client: Client, epsilon: float) -> Any:
+    def calibrate(self, account: ClientAccount, epsilon: float) -> Any:
         """The client's new state for the target `epsilon`: its noise multiplier(s), empty
         ledger(s)."""
         from dpmed.privacy.adaptive import RdpLedger
 
-        return FixedSigmaState(client.calibrated_sigma(epsilon, client.delta), RdpLedger())
+        return FixedSigmaState(account.calibrated_sigma(epsilon), RdpLedger())
 
-    def reference_sigma(self, client: Client) -> float | None:
+    def reference_sigma(self, account: ClientAccount) -> float | None:
         """The client's reference noise multiplier σ_ref (None when non-private)."""
-        return client.method_state.sigma_ref
+        return account.state.sigma_ref
 
-    def halted(self, client: Client) -> bool:
+    def halted(self, account: ClientAccount) -> bool:
         """Whether the client has stopped training for good (its budget is spent)."""
         return False
 
     def round_noise(
-        self, client: Client, model: nn.Module, global_state: Mapping[str, torch.Tensor]
+        self, account: ClientAccount, model: nn.Module, global_state: Mapping[str, torch.Tensor]
     ) -> dict[str, Any] | None:
         """Noise std by parameter for this round's steps (None: σ_ref·C everywhere)."""
         return None
 
-    def step(
-        self,
-        client: Client,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        xb: torch.Tensor,
-        yb: torch.Tensor,
-        noise_std: dict[str, Any] | None,
-    ) -> bool:
-        """One local step on the sampled batch; False ends the client's round."""
-        state: FixedSigmaState = client.method_state
-        std = noise_std if noise_std is not None else client.uniform_std(model, state.sigma_ref)
-        client.dp_step(model, optimizer, xb, yb, std)
-        state.ledger.charge(client.q, state.sigma_ref)
-        client.stats.sigmas.append(state.sigma_ref)
-        return True
+    def next_sigma(self, account: ClientAccount, signal: SignalDraw | None) -> float | None:
+        """σ of the client's next step, charged to its ledger (None: it stops; `signal`: the
+        step's raw signal where `uses_signal`)."""
+        state: FixedSigmaState = account.state
+        state.ledger.charge(account.q, state.sigma_ref)
+        return state.sigma_ref
 
-    def epsilon(self, client: Client) -> float | None:
+    def epsilon(self, account: ClientAccount) -> float | None:
         """The proven ε bound of the client's releases so far (None when non-private): σ is
         fixed before training, so the RDP of the steps taken is a bound."""
-        return client.method_state.ledger.epsilon(client.delta)
+        return account.state.ledger.epsilon(account.delta)
 
-    def realised_epsilon(self, client: Client) -> float | None:
+    def realised_epsilon(self, account: ClientAccount) -> float | None:
         """The ε spent so far: the RDP of every mechanism run, composed and converted at δ
         (rounds.csv's `eps_spent`, the ΔF1/Δε trajectory); equals `epsilon` when σ is fixed."""
-        return self.epsilon(client)
+        return self.epsilon(account)
 
-    def ledger_message(self, client: Client) -> dict:
+    def ledger_message(self, account: ClientAccount) -> dict:
         """The ledger part of the client → server message."""
         return {
-            "epsilon": self.epsilon(client),
-            "eps_realised_reading": self.realised_epsilon(client),
-            "gradient": client.method_state.ledger.state(),
+            "epsilon": self.epsilon(account),
+            "eps_realised_reading": self.realised_epsilon(account),
+            "gradient": account.state.ledger.state(),
         }
 
-    def checkpoint(self, client: Client) -> dict:
+    def checkpoint(self, account: ClientAccount) -> dict:
         """The resumable part of the client's state."""
-        return {"ledger": client.method_state.ledger.state()}
+        return {"ledger": account.state.ledger.state()}
 
-    def restore(self, client: Client, saved: dict) -> None:
+    def restore(self, account: ClientAccount, saved: dict) -> None:
         """Restore what `checkpoint` saved into the client's state."""
         from dpmed.privacy.adaptive import RdpLedger
 
-        client.method_state.ledger = RdpLedger.from_state(saved["ledger"])
+        account.state.ledger = RdpLedger.from_state(saved["ledger"])
 
     def privacy_details(
-        self, clients: list[Client], params: Mapping[str, Any]
+        self, clients: list[ClientAccount], params: Mapping[str, Any]
     ) -> tuple[dict[str, float], list[float], dict[str, Any]]:
         """privacy.json's ε by accountant, noise multipliers and method-specific `extra`."""
         per_client = [float(c.epsilon()) for c in clients]
@@ -192,26 +184,22 @@ class NonPrivate(Method):
     dp: ClassVar[bool] = False
     mechanism: ClassVar[str] = "none (non-private SGD)"
 
-    def calibrate(self, client: Client, epsilon: float) -> None:
+    def calibrate(self, account: ClientAccount, epsilon: float) -> None:
         return None
 
-    def reference_sigma(self, client: Client) -> float | None:
+    def reference_sigma(self, account: ClientAccount) -> float | None:
         return None
 
-    def step(self, client, model, optimizer, xb, yb, noise_std) -> bool:
-        client.sgd_step(model, optimizer, xb, yb)
-        return True
-
-    def epsilon(self, client: Client) -> float | None:
+    def epsilon(self, account: ClientAccount) -> float | None:
         return None
 
-    def ledger_message(self, client: Client) -> dict:
+    def ledger_message(self, account: ClientAccount) -> dict:
         return {"epsilon": None, "eps_realised_reading": None}
 
-    def checkpoint(self, client: Client) -> dict:
+    def checkpoint(self, account: ClientAccount) -> dict:
         return {}
 
-    def restore(self, client: Client, saved: dict) -> None:
+    def restore(self, account: ClientAccount, saved: dict) -> None:
         pass
 
 
@@ -235,11 +223,11 @@ class AGP(Method):
         "(docs/privacy.md, finding 10)"
     )
 
-    def round_noise(self, client, model, global_state) -> dict[str, Any]:
+    def round_noise(self, account, model, global_state) -> dict[str, Any]:
         from dpmed.privacy.dpsgd import trainable
         from dpmed.xcal.agp import spatial_noise_std
 
-        p, sigma_ref = client.params, client.method_state.sigma_ref
+        p, sigma_ref = account.params, account.state.sigma_ref
         return spatial_noise_std(
             global_state, trainable(model), sigma_ref, p["top_q"], p["clip_norm"]
         )
@@ -264,11 +252,11 @@ class AGPDP(Method):
         "on the others (per client)"
     )
 
-    def round_noise(self, client, model, global_state) -> dict[str, Any]:
+    def round_noise(self, account, model, global_state) -> dict[str, Any]:
         from dpmed.privacy.dpsgd import trainable
         from dpmed.xcal.agp import channel_noise_std
 
-        p, sigma_ref = client.params, client.method_state.sigma_ref
+        p, sigma_ref = account.params, account.state.sigma_ref
         return channel_noise_std(
             global_state, trainable(model), sigma_ref, p["band"], p["top_q"], p["clip_norm"]
         )
@@ -298,26 +286,27 @@ class XCalFL(Method):
     """
 
     default_preset: str | None = "balanced"
+    uses_signal: ClassVar[bool] = True
     mechanism: ClassVar[str] = (
         "XCal-FL: Poisson-subsampled Gaussian on the clipped signal sum of its own sample "
         "(sensitivity 1) + DP-SGD (flat clipping) on an independent sample with adaptive "
         "sigma_t under a Renyi filter"
     )
 
-    def budget(self, client: Client, epsilon: float) -> Budget:
+    def budget(self, account: ClientAccount, epsilon: float) -> Budget:
         """The client's split of s·(ε, δ), s calibrated so the proven bound reaches ε."""
         from dpmed.xcal.calibration import calibrate
 
-        p = client.params
+        p = account.params
         return calibrate(
-            epsilon, client.delta, client.q, client.total_steps, p["signal_fraction"], p["band"]
+            epsilon, account.delta, account.q, account.total_steps, p["signal_fraction"], p["band"]
         )
 
-    def calibrate(self, client: Client, epsilon: float) -> XCalState:
+    def calibrate(self, account: ClientAccount, epsilon: float) -> XCalState:
         from dpmed.privacy.adaptive import RdpLedger, RenyiFilter
 
-        f, band, delta = client.params["signal_fraction"], client.params["band"], client.delta
-        budget = self.budget(client, epsilon)
+        f, band, delta = account.params["signal_fraction"], account.params["band"], account.delta
+        budget = self.budget(account, epsilon)
         return XCalState(
             budget_scale=budget.scale,
             eps_signal=f * budget.scale * epsilon,
@@ -327,82 +316,71 @@ class XCalFL(Method):
             sigma_signal=budget.sigma_signal,
             sigma_ref=budget.sigma_ref,
             filter=RenyiFilter(
-                client.q, budget.order_index, budget.rdp_budget, (1 + band) * budget.sigma_ref
+                account.q, budget.order_index, budget.rdp_budget, (1 + band) * budget.sigma_ref
             ),
             signal_ledger=RdpLedger(),
         )
 
-    def halted(self, client: Client) -> bool:
-        return client.method_state.filter.halted
+    def halted(self, account: ClientAccount) -> bool:
+        return account.state.filter.halted
 
-    def step(self, client, model, optimizer, xb, yb, noise_std) -> bool:
-        flt = client.method_state.filter
+    def next_sigma(self, account: ClientAccount, signal: SignalDraw | None) -> float | None:
+        """σ_t the filter admits for the proposed one (`proposed_sigma`), None once it halts."""
+        flt = account.state.filter
         if not flt.can_continue():
-            return False
-        sigma = flt.admit(self.proposed_sigma(client, model))
-        if sigma is None:
-            return False
-        client.dp_step(model, optimizer, xb, yb, client.uniform_std(model, sigma))
-        client.stats.sigmas.append(sigma)
-        return True
+            return None
+        return flt.admit(self.proposed_sigma(account, signal))
 
-    def proposed_sigma(self, client: Client, model: nn.Module) -> float:
-        """σ_t the filter is asked for: from the privatised, smoothed signal of the client's
-        own Poisson sample (charged to its signal ledger)."""
-        from dpmed.xcal import signal
+    def proposed_sigma(self, account: ClientAccount, signal: SignalDraw | None) -> float:
+        """σ_t the filter is asked for: from the signal privatised (N(0, σ_s²) on its sum,
+        charged to the signal ledger), over q·n, clipped to [0, 1] and EMA-smoothed."""
+        from dpmed.xcal.signal import sigma_from_signal
 
-        p, state = client.params, client.method_state
-        sx, sy = client.poisson_batch(client.signal_sampler)  # independent of (xb, yb)
-        if sx.shape[0]:
-            parts = signal.components(model, client.cam_layer, sx, sy, p["top_q"])
-            total = float(signal.combine(parts, self.weights).sum())
-        else:
-            total = 0.0
-        noise = client.standard_normal()
-        state.signal_ledger.charge(client.q, state.sigma_signal)
-        private = (total + state.sigma_signal * noise) / (client.q * client.n)
+        p, state = account.params, account.state
+        state.signal_ledger.charge(account.q, state.sigma_signal)
+        private = (signal.total + state.sigma_signal * signal.noise) / (account.q * account.n)
         private = min(1.0, max(0.0, private))
         state.smoothed = p["ema"] * state.smoothed + (1 - p["ema"]) * private
-        client.stats.signals.append(private)
-        return signal.sigma_from_signal(state.smoothed, state.sigma_ref, p["band"])
+        account.stats.signals.append(private)
+        return sigma_from_signal(state.smoothed, state.sigma_ref, p["band"])
 
-    def epsilon(self, client: Client) -> float | None:
+    def epsilon(self, account: ClientAccount) -> float | None:
         """The proven ε bound at δ of the steps so far: the smaller of `worst_case_epsilon`
         (grows with the rounds) and `filter_epsilon` (the whole run's guarantee)."""
-        return min(self.worst_case_epsilon(client), self.filter_epsilon(client))
+        return min(self.worst_case_epsilon(account), self.filter_epsilon(account))
 
-    def worst_case_epsilon(self, client: Client) -> float:
+    def worst_case_epsilon(self, account: ClientAccount) -> float:
         """Every step the schedule allowed so far at the smallest σ the band permits,
         (1 − b)σ_ref, each with its signal step, at δ: a bound whatever the data chose."""
         from dpmed.privacy.adaptive import epsilon_of, rdp_curve
 
-        state: XCalState = client.method_state
-        sigma_min = (1 - client.params["band"]) * state.sigma_ref
+        state: XCalState = account.state
+        sigma_min = (1 - account.params["band"]) * state.sigma_ref
         if sigma_min <= 0:
             return math.inf
-        steps = client.planned_steps_so_far
-        curve = rdp_curve(client.q, sigma_min, steps) + rdp_curve(
-            client.q, state.sigma_signal, steps
+        steps = account.planned_steps_so_far
+        curve = rdp_curve(account.q, sigma_min, steps) + rdp_curve(
+            account.q, state.sigma_signal, steps
         )
-        return epsilon_of(curve, client.delta)
+        return epsilon_of(curve, account.delta)
 
-    def filter_epsilon(self, client: Client) -> float:
+    def filter_epsilon(self, account: ClientAccount) -> float:
         """The whole run's guarantee at δ (`dpmed.xcal.calibration.filter_bound`: the signal
         over all T planned steps plus the filter's gradient budget), whatever σ_t and halts."""
         from dpmed.xcal.calibration import filter_bound
 
-        state: XCalState = client.method_state
+        state: XCalState = account.state
         return filter_bound(
-            client.q,
+            account.q,
             state.sigma_signal,
-            client.total_steps,
+            account.total_steps,
             state.filter.order_index,
             state.filter.budget,
-            client.delta,
-            client.params["signal_fraction"],
+            account.delta,
+            account.params["signal_fraction"],
         )
 
-    def realised_epsilon(self, client: Client) -> float | None:
+    def realised_epsilon(self, account: ClientAccount) -> float | None:
         """The ε spent so far, accounted as a fixed-σ method's: the signal's and the gradients'
         realised RDP curves summed (independent samples) and converted once at δ. The σ_t
         were chosen from the data, so this is a reading, not a guarantee (summing realised RDP
@@ -410,34 +388,34 @@ class XCalFL(Method):
         end, and the trajectory of ΔF1/Δε uses it like static's spent ε."""
         from dpmed.privacy.adaptive import epsilon_of
 
-        state: XCalState = client.method_state
-        return epsilon_of(state.signal_ledger.rdp + state.ledger.rdp, client.delta)
+        state: XCalState = account.state
+        return epsilon_of(state.signal_ledger.rdp + state.ledger.rdp, account.delta)
 
-    def ledger_message(self, client: Client) -> dict:
-        message = super().ledger_message(client)
-        message["signal"] = client.method_state.signal_ledger.state()
-        message["halted"] = client.method_state.filter.halted
+    def ledger_message(self, account: ClientAccount) -> dict:
+        message = super().ledger_message(account)
+        message["signal"] = account.state.signal_ledger.state()
+        message["halted"] = account.state.filter.halted
         return message
 
-    def checkpoint(self, client: Client) -> dict:
-        state: XCalState = client.method_state
+    def checkpoint(self, account: ClientAccount) -> dict:
+        state: XCalState = account.state
         return {
             "filter": state.filter.state(),
             "signal_ledger": state.signal_ledger.state(),
             "smoothed": state.smoothed,
         }
 
-    def restore(self, client: Client, saved: dict) -> None:
+    def restore(self, account: ClientAccount, saved: dict) -> None:
         from dpmed.privacy.adaptive import RdpLedger
 
-        state: XCalState = client.method_state
+        state: XCalState = account.state
         state.filter.load_state(saved["filter"])
         state.signal_ledger = RdpLedger.from_state(saved["signal_ledger"])
         state.smoothed = float(saved["smoothed"])
 
     def privacy_details(self, clients, params):
         sigmas = sorted({round(s, 6) for c in clients for s in c.stats.sigmas})
-        states: list[XCalState] = [c.method_state for c in clients]
+        states: list[XCalState] = [c.state for c in clients]
         extra = {
             "signal_fraction": params["signal_fraction"],
             "client_calibration_scale": [s.budget_scale for s in states],
@@ -469,12 +447,12 @@ class XCalPaper(XCalFL):
     signal's and the gradients' shares (s = 1, `dpmed.xcal.calibration.split_budget`). Its
     proven bound ends below the target (about a tenth at f = 0.1); privacy.json records it."""
 
-    def budget(self, client: Client, epsilon: float) -> Budget:
+    def budget(self, account: ClientAccount, epsilon: float) -> Budget:
         from dpmed.xcal.calibration import split_budget
 
-        p = client.params
+        p = account.params
         return split_budget(
-            1.0, epsilon, client.delta, client.q, client.total_steps, p["signal_fraction"],
+            1.0, epsilon, account.delta, account.q, account.total_steps, p["signal_fraction"],
             p["band"],
         )  # fmt: skip
 
@@ -502,23 +480,31 @@ class XCalRandom(XCalFL):
         "(never halts); the signal's budget share reserved and charged, no signal computed"
     )
 
-    def calibrate(self, client: Client, epsilon: float) -> XCalState:
-        """XCal-FL's state plus the T-step σ schedule (T uniform draws of the control
-        generator, at construction: a resumed client redraws the same)."""
+    uses_signal: ClassVar[bool] = False
+
+    def calibrate(self, account: ClientAccount, epsilon: float) -> XCalState:
+        """XCal-FL's state plus the T-step σ schedule (T uniform draws of the client's control
+        generator, seeded by `account.control_seed`, at construction: a resumed client
+        redraws the same)."""
+        import torch
+
+        from dpmed.xcal.account import generator
         from dpmed.xcal.calibration import control_schedule
 
-        state = super().calibrate(client, epsilon)
+        state = super().calibrate(account, epsilon)
         flt = state.filter
+        control = generator(account.control_seed)
+        uniforms = torch.rand(account.total_steps, generator=control, dtype=torch.float64)
         schedule = control_schedule(
-            client.control_uniforms(client.total_steps), state.sigma_ref, client.params["band"],
-            client.q, flt.order, flt.budget,
+            uniforms.tolist(), state.sigma_ref, account.params["band"],
+            account.q, flt.order, flt.budget,
         )  # fmt: skip
         return replace(state, schedule=tuple(float(s) for s in schedule))
 
-    def proposed_sigma(self, client: Client, model: nn.Module) -> float:
+    def proposed_sigma(self, account: ClientAccount, signal: SignalDraw | None) -> float:
         """The schedule's next σ_t; the reserved signal step is charged as XCal-FL's."""
-        state: XCalState = client.method_state
-        state.signal_ledger.charge(client.q, state.sigma_signal)
+        state: XCalState = account.state
+        state.signal_ledger.charge(account.q, state.sigma_signal)
         return state.schedule[state.steps_taken]
 
 

@@ -87,7 +87,7 @@ for _name in FIGURES:
 REPORTS.add(
     "xcal_privacy_utility_figure",
     ReportOutput(
-        "dpmed.xcal.privacy_utility:privacy_utility_report",
+        "dpmed.xcal.report:privacy_utility_report",
         {
             "png_path": ("results/figures/xcal_privacy_utility", "xcal_privacy_utility"),
             "csv_path": ("results/tables/xcal_privacy_utility", "xcal_privacy_utility"),

@@ -21,7 +21,7 @@ import numpy as np
 
 from dpmed.privacy.mechanisms import NOISE_SEEDED
 from dpmed.privacy.record import PrivacyRecord
-from dpmed.xcal.client import Client
+from dpmed.xcal.account import ClientAccount
 from dpmed.xcal.methods import Method
 
 POISSON_REASON = (
@@ -49,12 +49,12 @@ REALISED_NOTE = (
 
 
 def privacy_record(
-    clients: list[Client], method: Method, eps: float, params: dict
+    clients: list[ClientAccount], method: Method, eps: float, params: dict
 ) -> PrivacyRecord:
     """The PrivacyRecord of a finished run (guarantee "none" for non-private methods).
 
     Args:
-        clients: the run's clients after training.
+        clients: the run's client accounts after training.
         method: the method they trained with.
         eps: the target ε.
         params: the job's hyperparameters.

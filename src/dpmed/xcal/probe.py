@@ -1,5 +1,5 @@
 """The xcal study's preflight (`dpmed.preflight`): per cell, a child process that steps one
-client of the federation `dpmed.xcal.run.prepare` builds (on a random processed MedMNIST
+client of the federation `dpmed.xcal.federation.prepare` builds (on a random processed MedMNIST
 folder of the configured size and counts), and one per dataset and network that times the test
 evaluation and ROAD; σ calibrated by the run's own `Client`s on counts-only data."""
 
@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from dpmed.config.grid import Job
 from dpmed.data.medmnist import dataset_info
@@ -29,9 +28,9 @@ from dpmed.preflight.study import (
     timed,
 )
 from dpmed.privacy import accounting
-from dpmed.seeding import stable_seed
-from dpmed.xcal import run as xcal_run
-from dpmed.xcal.client import Client, ClientSeeds, ClientUpdate
+from dpmed.xcal import federation as xcal_fed
+from dpmed.xcal.account import ClientAccount
+from dpmed.xcal.client import ClientUpdate
 from dpmed.xcal.methods import XCalState, resolve
 from dpmed.xcal.shifts import partition
 
@@ -69,27 +68,28 @@ def probe_steps(spec: dict[str, Any]) -> dict[str, Any]:
     """Local DP (or SGD) steps of one sampled client through `Client.train_round` (a first
     round of one step, then a round of `steps` − 1 steps, timed by the client's own step
     clock) and the server's FedAvg. The evaluation is `probe_evaluation`'s."""
-    prepared = xcal_run.prepare(probe_job(spec, Path(spec["data_dir"])))
+    prepared = xcal_fed.prepare(probe_job(spec, Path(spec["data_dir"])))
     device, fed = prepared.device, prepared.federation
-    history = xcal_run.History({k: v.detach().clone() for k, v in fed.net.state_dict().items()})
+    history = xcal_fed.TrainState.start(fed.net)
     client = fed.clients[fed.schedule[0][0]]
+    account = client.account
     times, walls = [], []
     for steps in (1, max(1, int(spec["steps"]) - 1)):
-        client.steps_per_epoch = steps  # bounded rounds; q and σ stay the configured ones
-        done, seconds = client.stats.steps, client.stats.seconds
+        account.steps_per_epoch = steps  # bounded rounds; q and σ stay the configured ones
+        done, seconds = account.stats.steps, account.stats.seconds
         walls.append(timed(lambda: client.train_round(fed.net, fed.wrapped,
                                                       history.global_state), device))  # fmt: skip
-        taken = client.stats.steps - done
-        times += [(client.stats.seconds - seconds) / max(1, taken)] * taken
-        overhead = walls[-1] - (client.stats.seconds - seconds)
+        taken = account.stats.steps - done
+        times += [(account.stats.seconds - seconds) / max(1, taken)] * taken
+        overhead = walls[-1] - (account.stats.seconds - seconds)
     state = {k: v.detach().clone() for k, v in fed.net.state_dict().items()}
-    update = ClientUpdate(state, fed.clients[0].n, {})
-    aggregate = timed(lambda: fed.net.load_state_dict(xcal_run.fedavg([update])), device)
+    update = ClientUpdate(state, account.n, {})
+    aggregate = timed(lambda: fed.net.load_state_dict(xcal_fed.fedavg([update])), device)
     return {
         "step_seconds": times,
         "seconds_per_step": steady(times),
         "round_overhead_seconds": overhead + aggregate,
-        "sigma": fed.method.reference_sigma(client),
+        "sigma": fed.method.reference_sigma(account),
         "parameters": parameters(fed.net),
     }
 
@@ -99,7 +99,7 @@ def probe_evaluation(spec: dict[str, Any]) -> dict[str, Any]:
     the federation's global model, each timed on a head of its images (`EVAL_PROBE`,
     `ROAD_PROBE`) and scaled linearly. The method, shift, clients and ε do not change this
     work, so the xcal cells of one dataset and network share it."""
-    prepared = xcal_run.prepare(probe_job(spec, Path(spec["data_dir"])))
+    prepared = xcal_fed.prepare(probe_job(spec, Path(spec["data_dir"])))
     device, evaluation = prepared.device, prepared.federation.evaluation
     head = replace(evaluation, x=evaluation.x[:EVAL_PROBE], y=evaluation.y[:EVAL_PROBE])
     scores = timed(head.scores, device) * len(evaluation.y) / max(1, len(head.y))
@@ -119,18 +119,17 @@ def calibrate(config: Mapping[str, Any], job: Job, eps: float) -> Calibration:
     labels = medmnist_labels(dataset, n, seed=0, balance=synthetic.get("class_balance", "official"))
     images = np.zeros((n, 1, 1, 1), dtype=np.uint8)  # counts only
     context = job_context(job)
-    seed = stable_seed("xcal-partition", *(wc[k] for k in ("dataset", "shift", "clients", "seed")))
-    parts = partition(images, labels, wc["shift"], int(wc["clients"]), params, seed)
-    schedule = xcal_run.client_schedule(context)
+    parts = partition(images, labels, wc["shift"], int(wc["clients"]), params,
+                      xcal_fed.partition_seed(wc))  # fmt: skip
+    schedule = xcal_fed.client_schedule(context)
     method = resolve(wc["method"], True, params["presets"])
     sigmas, spent, ok = [], 0.0, True
     for k, (_, y) in enumerate(parts):
         rounds = sum(k in sampled for sampled in schedule)
         if rounds == 0:
             continue
-        client = Client(k, torch.zeros((len(y), 1, 1, 1)), torch.from_numpy(y), method, params,
-                        eps, ClientSeeds(0, 0, 0), "", planned_rounds=rounds)  # fmt: skip
-        state = client.method_state
+        client = ClientAccount.plan(k, len(y), method, params, eps, planned_rounds=rounds)
+        state = client.state
         history = [(state.sigma_ref, client.q, client.total_steps)]
         if isinstance(state, XCalState):  # XCal-FL: gradient and signal budgets, proven bound
             grad = accounting.epsilon(history, state.delta_grad)

@@ -24,14 +24,14 @@ t-interval (`dpmed.report.intervals.summarize`: `n_seeds`, `<m>_mean`, `<m>_ci_l
 Figures (results/figures/<name>.png + .pdf): F1 and ROAD vs cumulative ε per method and the
 final MoRF/LeRF confidence-drop curves (xcal_trajectories), client-count and shift effects
 (xcal_clients_shift), the ablation (xcal_ablation), Grad-CAM examples of static vs xcal
-(xcal_gradcam).
+(xcal_gradcam), test F1 against the target ε (xcal_privacy_utility, its values as a table).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -44,6 +44,7 @@ import pandas as pd  # noqa: E402
 from dpmed.config.grid import wildcards_from_path  # noqa: E402
 from dpmed.config.wildcards import parse_eps  # noqa: E402
 from dpmed.data.registry import DATASET_REGISTRY  # noqa: E402
+from dpmed.report import privacy_utility  # noqa: E402
 from dpmed.report.intervals import UNIT, error_bars, paired_tests, summarize  # noqa: E402
 from dpmed.report.style import (  # noqa: E402
     chance_line,
@@ -483,3 +484,48 @@ def write_xcal_figure(png_path: str | Path, run_dirs: Sequence[str | Path], figu
         "xcal_gradcam": gradcam_figure,
     }
     save_figure(builders[figure](collect(run_dirs)), png_path)
+
+
+UTILITY_METRIC = "f1"  # the privacy–utility figure's y axis
+
+
+def utility_runs(metrics_paths: Iterable[str | Path]) -> pd.DataFrame:
+    """One row per IID run (panel `<dataset> · <model>`, line, eps as float, value = test F1)
+    in `collect`'s order (dataset, model, method, clients, ε). A line is the method, with the
+    client count (`static · 3 clients`) where a panel has runs with different counts."""
+    runs = collect([Path(p).parent for p in metrics_paths])
+    runs = runs[runs["shift"] == POOLED]
+    if runs.empty:
+        raise ValueError(f"no xcal run with shift {POOLED}")
+    panel = runs["dataset"] + " · " + runs["model"]
+    counts = runs.groupby(panel)["clients"].transform("nunique")
+    line = [
+        f"{method} · {clients} client{'s' * (clients != 1)}" if n > 1 else method
+        for method, clients, n in zip(runs["method"], runs["clients"], counts, strict=True)
+    ]
+    return pd.DataFrame(
+        {
+            "panel": panel.to_numpy(),
+            "line": line,
+            "eps": runs["eps"].astype(float).to_numpy(),
+            "value": runs[UTILITY_METRIC].astype(float).to_numpy(),
+        }
+    )
+
+
+def privacy_utility_report(
+    metrics_paths: Iterable[str | Path], png_path: str | Path, csv_path: str | Path
+) -> None:
+    """xcal_privacy_utility: test F1 against the target ε for every method of the IID runs
+    (paper 001 §6), one panel per dataset × model, mean over seeds with the 95 % t-interval,
+    the non-private runs (ε = ∞) as reference lines (`dpmed.report.privacy_utility`). Writes
+    the figure (`png_path` + .pdf) and its plotted values (`csv_path` + twins: panel, line,
+    eps, n_seeds, f1_mean, f1_ci_low, f1_ci_high)."""
+    data = privacy_utility.points(utility_runs(metrics_paths))
+    chances = {panel: chance(panel.split(" · ")[0]) for panel in data["panel"]}
+    floors = {panel: CHANCE_FACTOR * level for panel, level in chances.items()}
+    fig = privacy_utility.figure(
+        data, "test F1", "xcal: test F1 vs ε (IID)", floors, UNLEARNED_RULE, chances
+    )
+    save_figure(fig, png_path)
+    write_table(privacy_utility.named(data, UTILITY_METRIC), csv_path)

@@ -3,8 +3,9 @@ jobs one preflight probe measures. Torch-free at import (the workflow reads it).
 
 Work of one job: R · m · ⌈N/(K·B)⌉ · local_epochs local steps, with m = min(clients_per_round,
 K) clients per round each holding N/K images on average; R · m client rounds (a client's
-per-round work outside its steps: the signal, FedAvg); R test evaluations; ⌈R/road_every⌉ + 1
-ROADs (the last the random-saliency baseline's, once per run).
+per-round work outside its steps: the signal, FedAvg; priced per method family, whose signals
+differ); R test evaluations; ⌈R/road_every⌉ + 1 ROADs (the last the random-saliency
+baseline's, once per run).
 
 A distinct cell keeps the dataset, model and width, method (its step and noise code), shift,
 client count (the data each client holds), private or not and batch size; it drops seed, ε
@@ -75,10 +76,10 @@ def train_work(
     steps = rounds * per_round * int(hp["local_epochs"]) * math.ceil(n / clients / batch)
     image = _image_work(data, wc, hp)
     road = hp["road_subsample"] * len(hp["road_percentages"]) * image
-    term = f"work_{wc['model']}"
+    term, family = f"work_{wc['model']}", split_method(wc["method"])[0]
     return {
         "step": Work(steps, batch * image, term, "seconds_per_step"),
-        "client_round": Work(rounds * per_round, _parameters(data, wc, hp) / MB, "round",
+        "client_round": Work(rounds * per_round, _parameters(data, wc, hp) / MB, f"round_{family}",
                              "round_overhead_seconds"),
         "evaluation": Work(rounds, n_test * image, term, "eval_seconds"),
         "road": Work(math.ceil(rounds / int(hp["road_every"])) + 1, road, "road", "road_seconds"),

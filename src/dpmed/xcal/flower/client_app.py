@@ -38,11 +38,7 @@ from dpmed.privacy.dpsgd import wrap_per_sample
 from dpmed.privacy.mechanisms import NOISE_OS_ENTROPY, NOISE_SEEDED
 from dpmed.runtime import JobContext
 from dpmed.xcal.client import SECRET_SEEDS, Client
-from dpmed.xcal.flower import wire
-from dpmed.xcal.flower.policy import NodeLedger, PlanRefused, SitePolicy, locked, plan_text
-from dpmed.xcal.flower.runconfig import UserValue, job_from_run_config, processed_dir
-from dpmed.xcal.methods import resolve
-from dpmed.xcal.run import (
+from dpmed.xcal.federation import (
     build_client,
     client_partitions,
     client_schedule,
@@ -50,6 +46,10 @@ from dpmed.xcal.run import (
     initial_network,
     load_split,
 )
+from dpmed.xcal.flower import wire
+from dpmed.xcal.flower.policy import NodeLedger, PlanRefused, SitePolicy, locked, plan_text
+from dpmed.xcal.flower.runconfig import UserValue, job_from_run_config, processed_dir
+from dpmed.xcal.methods import resolve
 
 SPLITS = ("dpmed", "local")
 SEED_SOURCES = ("job", "secret")
@@ -74,7 +74,7 @@ class NodeSettings:
         seeds: `seeds`: "secret" (default): the client's generators (samples, noise,
             control) take their whole state from the node's OS entropy, known to nobody
             else; "job": dpmed's seeds derived from the job seed
-            (`dpmed.xcal.run.client_seeds`), which the server knows too: for reproducing a
+            (`dpmed.xcal.federation.client_seeds`), which the server knows too: for reproducing a
             simulation only.
         device: `device`, torch device name (default cpu).
         threads: `threads`, torch CPU threads (default 1).

@@ -2,20 +2,16 @@
 with SuperNode authentication and one SuperNode per client on 127.0.0.1, each registered with
 its own key, and one `flwr run` of the app in deploy/flower on the job's run config.
 
-Every process is started by pid on free ports (`dpmed.federation_processes`) with its own log
-under <out>/flower/job-<i>/, Flower's home folder (FLWR_HOME) is <out>/flower/job-<i>/home, the
-credentials (`dpmed.xcal.flower.certs`) are in job-<i>/certificates and job-<i>/keys, the run
-config (`dpmed.xcal.flower.runconfig`) is job-<i>/run-config.toml, and everything is stopped by
-pid when the runs end or fail, or when the launcher receives SIGTERM or SIGINT. Each SuperNode
-is a site with its own policy, admitting that one job
-(<out>/flower/job-<i>/site-<k>/policy.json, ledger in site-<k>/state). Each job's run folder
-<out>/<run>/ then holds what the ServerApp writes (rounds.csv, road.json, gradcam.npz,
-privacy.json, model.pt, federation.json), and <out>/flower/processes.json each process's name,
-pid, ports, command and log, the runs' status, what stopped them and the wall time: written
-when the processes start, as runs start and end, and after the stop. The SuperNodes deal the
-processed train split to the clients as the in-process run does (`split=dpmed`) and seed them
-from the node's OS entropy (`seeds=secret`), or with `--seeded` from the job (`seeds=job`,
-reproducing a simulation: for tests only).
+<out>/flower is the launch's folder (`dpmed.federation_processes`: one launch per folder,
+processes.json with each job's run status, SIGTERM/SIGINT, exit status); per job, job-<i>/
+under it holds the processes' logs, Flower's home folder (FLWR_HOME), the credentials
+(`dpmed.xcal.flower.certs`: certificates/, keys/), the run config (run-config.toml,
+`dpmed.xcal.flower.runconfig`) and one site per SuperNode, whose policy admits that one job
+(site-<k>/policy.json, ledger in site-<k>/state). Each job's run folder <out>/<run>/ holds what
+the ServerApp writes (rounds.csv, road.json, gradcam.npz, privacy.json, model.pt,
+federation.json). The SuperNodes deal the processed train split to the clients as the
+in-process run does (`split=dpmed`) and seed them from the node's OS entropy (`seeds=secret`),
+or with `--seeded` from the job (`seeds=job`, reproducing a simulation: for tests only).
 
 Default: the smoke config's XCal-FL and static DP-FL cells at ε = 5 on its synthetic
 BloodMNIST, generated under <out>/data (`make fl-flower`). A chosen cell on processed data:
@@ -27,7 +23,6 @@ BloodMNIST, generated under <out>/data (`make fl-flower`). A chosen cell on proc
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -42,7 +37,6 @@ from typing import Any
 
 from dpmed import federation_processes as fp
 from dpmed.install import workflow_file
-from dpmed.io import write_json
 from dpmed.runtime import JobContext
 from dpmed.xcal.flower import PROGRESS_LABEL
 from dpmed.xcal.flower.certs import make_credentials
@@ -174,31 +168,15 @@ def local_federation(
 
     try:
         fleet, serverappio, control = fp.free_port(), fp.free_port(), fp.free_port()
-        superlink = fp.start(
-            label + "superlink",
-            [
-                str(BIN / "flower-superlink"),
-                "--ssl-ca-certfile",
-                str(tls / "ca.crt"),
-                "--ssl-certfile",
-                str(tls / "server.pem"),
-                "--ssl-keyfile",
-                str(tls / "server.key"),
-                "--enable-supernode-auth",
-                "--serverappio-api-address",
-                f"127.0.0.1:{serverappio}",
-                "--fleet-api-address",
-                f"127.0.0.1:{fleet}",
-                "--control-api-address",
-                f"127.0.0.1:{control}",
-                "--storage-dir",
-                str(work / "superlink-storage"),
-            ],  # fmt: skip
-            work / "superlink.log",
-            full_env,
-            cwd=work,
-            ports={"fleet": fleet, "serverappio": serverappio, "control": control},
-        )
+        local = "127.0.0.1:"
+        cmd = [str(BIN / "flower-superlink"), "--ssl-ca-certfile", str(tls / "ca.crt"),
+               "--ssl-certfile", str(tls / "server.pem"), "--ssl-keyfile", str(tls / "server.key"),
+               "--enable-supernode-auth", "--serverappio-api-address", f"{local}{serverappio}",
+               "--fleet-api-address", f"{local}{fleet}", "--control-api-address",
+               f"{local}{control}", "--storage-dir", str(work / "superlink-storage")]  # fmt: skip
+        ports = {"fleet": fleet, "serverappio": serverappio, "control": control}
+        superlink = fp.start(f"{label}superlink", cmd, work / "superlink.log", full_env, work,
+                             ports)  # fmt: skip
         begin(superlink)
         for port in (fleet, serverappio, control):
             fp.wait_for_port(port, READY_TIMEOUT, [superlink])
@@ -207,33 +185,18 @@ def local_federation(
         for k, (node_config, public_key) in enumerate(zip(node_configs, node_keys, strict=True)):
             register(full_env, app, public_key)
             appio = fp.free_port()
-            node = fp.start(
-                f"{label}supernode-{k}",
-                [
-                    str(BIN / "flower-supernode"),
-                    "--root-certificates",
-                    str(tls / "ca.crt"),
-                    "--auth-supernode-private-key",
-                    str(public_key.with_suffix("")),
-                    "--superlink",
-                    f"127.0.0.1:{fleet}",
-                    "--clientappio-api-address",
-                    f"127.0.0.1:{appio}",
-                    "--node-config",
-                    node_config,
-                ],  # fmt: skip
-                work / f"supernode-{k}.log",
-                full_env,
-                cwd=work,
-                ports={"clientappio": appio},
-            )
+            cmd = [str(BIN / "flower-supernode"), "--root-certificates", str(tls / "ca.crt"),
+                   "--auth-supernode-private-key", str(public_key.with_suffix("")),
+                   "--superlink", f"{local}{fleet}", "--clientappio-api-address",
+                   f"{local}{appio}", "--node-config", node_config]  # fmt: skip
+            node = fp.start(f"{label}supernode-{k}", cmd, work / f"supernode-{k}.log", full_env,
+                            work, {"clientappio": appio})  # fmt: skip
             begin(node)
             supernodes.append(node)
         for node in supernodes:
             fp.wait_for_port(node.ports["clientappio"], READY_TIMEOUT, [node])
-        yield LocalFederation(
-            work, full_env, f"127.0.0.1:{control}", app, superlink, supernodes, begin, label
-        )
+        yield LocalFederation(work, full_env, f"{local}{control}", app, superlink, supernodes,
+                              begin, label)  # fmt: skip
     finally:
         fp.stop(procs)
 
@@ -275,119 +238,52 @@ def site_configs(job: JobContext, work: Path, seeded: bool = False) -> list[str]
     return configs
 
 
-@dataclass
-class LaunchRecord:
-    """processes.json of a launch: the jobs, each run's status ("starting", "running", Flower's
-    final status, or "stopped"), what stopped the launch (`error`, None if nothing), the wall
-    time in s and every process started. `write` replaces the file atomically."""
-
-    path: Path
-    jobs: list[str]
-    processes: list[fp.Process] = field(default_factory=list)
-    start: float = field(default_factory=time.perf_counter)
-    error: str | None = None
-
-    def __post_init__(self) -> None:
-        self.status = ["starting"] * len(self.jobs)
-
-    def write(self) -> dict[str, Any]:
-        record = {
-            "jobs": self.jobs,
-            "status": self.status,
-            "error": self.error,
-            "seconds": time.perf_counter() - self.start,
-            "processes": fp.process_table(self.processes),
-        }
-        write_json(self.path, record)
-        return record
-
-    def stopped(self, exc: BaseException) -> None:
-        """Record what stopped the launch (the first cause); runs not finished become
-        "stopped"."""
-        self.error = self.error or str(exc) or type(exc).__name__
-        self.status = ["stopped" if s in ("starting", "running") else s for s in self.status]
-
-    def close(self) -> dict[str, Any]:
-        """Stop every process started (again: a signal may have cut a federation's own stop
-        short), then write the final record and return it. A first SIGTERM/SIGINT arriving
-        during the stop is recorded, the stop finished, and `Terminated` raised after the
-        write (`fp.terminated_by_signals` raises only once)."""
-        try:
-            fp.stop(self.processes)
-        except fp.Terminated as exc:
-            self.stopped(exc)
-            fp.stop(self.processes)
-            raise
-        finally:
-            final = self.write()
-        return final
-
-
 def deploy(
     jobs: Sequence[JobContext],
     work: Path,
     round_timeout: float = 600.0,
     seeded: bool = False,
-    run_timeout: float = 3600.0,
+    timeout: float = 3600.0,
 ) -> dict[str, Any]:
     """Run `jobs` at once, each on its own local federation (a SuperLink and K SuperNodes with
-    the sites' policies for that job), logs and homes under `work`/job-<i>/; each job's
-    outputs go to its out_dir. Writes processes.json (in `work`) at once, as each federation
-    starts, as runs start and end and after the stop, and returns its final content. Raises
-    FederationProcessError when a SuperLink dies or a run does not finish completed, and
-    `fp.Terminated` on SIGTERM/SIGINT, every process stopped and the record written first."""
+    the sites' policies for that job), logs and homes under `work`/job-<i>/, in a launch of
+    `work` (`fp.launching`); each job's outputs go to its out_dir. Returns the final
+    processes.json; raises FederationProcessError when a SuperLink dies or a run does not
+    finish completed, and `fp.Terminated` on SIGTERM/SIGINT, every process stopped and the
+    record written first."""
     work = Path(work).resolve()  # the run configs' paths travel to the ServerApp's own folder
-    with fp.launch_lock(work), fp.terminated_by_signals():
-        clear_previous(work, jobs)
-        record = LaunchRecord(work / "processes.json", [str(job.out_dir) for job in jobs])
-        try:
-            record.write()
-            with ExitStack() as stack:
-                federations = []
-                for i, job in enumerate(jobs):
-                    folder = work / f"job-{i + 1}"
-                    federation = local_federation(
-                        folder,
-                        site_configs(job, folder, seeded),
-                        label=f"{folder.name}/",
-                        on_start=record.processes.append,
+    with fp.launching(work, [str(job.out_dir) for job in jobs]) as record:
+        for job in jobs:  # a run that fails early leaves no older record beside it
+            for name in (*RUN_FILES, "federation.json"):
+                (Path(job.out_dir) / name).unlink(missing_ok=True)
+        with ExitStack() as stack:
+            federations = [
+                stack.enter_context(
+                    local_federation(
+                        work / f"job-{i}",
+                        site_configs(job, work / f"job-{i}", seeded),
+                        label=f"job-{i}/",
+                        on_start=record.started,
                     )
-                    federations.append(stack.enter_context(federation))
-                    record.write()
-                follow_runs(jobs, federations, record, round_timeout, run_timeout)
-        except BaseException as exc:
-            record.stopped(exc)
-            raise
-        finally:
-            final = record.close()
-    if any(status != "finished:completed" for status in record.status):
-        raise fp.FederationProcessError(f"Flower runs ended {record.status}; logs in {work}")
-    return final
-
-
-def clear_previous(work: Path, jobs: Sequence[JobContext]) -> None:
-    """Remove what a previous launch left in `work` (never its lock) and in the jobs' run
-    folders, so a run that fails early leaves no older record beside it."""
-    for stale in work.iterdir():
-        if stale.is_dir():
-            shutil.rmtree(stale)
-        elif stale.name != ".lock":
-            stale.unlink()
-    for job in jobs:
-        for name in (*RUN_FILES, "federation.json"):
-            (Path(job.out_dir) / name).unlink(missing_ok=True)
+                )
+                for i, job in enumerate(jobs, 1)
+            ]
+            follow_runs(jobs, federations, record, round_timeout, timeout)
+        if any(status != "finished:completed" for status in record.status):
+            raise fp.FederationProcessError(f"Flower runs ended {record.status}; logs in {work}")
+    return json.loads(record.path.read_text())
 
 
 def follow_runs(
     jobs: Sequence[JobContext],
     federations: Sequence[LocalFederation],
-    record: LaunchRecord,
+    record: fp.LaunchRecord,
     round_timeout: float,
-    run_timeout: float,
+    timeout: float,
 ) -> None:
     """Start each job's `flwr run` on its federation, relay their progress lines, and set each
     run's final status in `record` (rewritten at each change) as it ends; raise
-    FederationProcessError naming the SuperLink when one dies, or at `run_timeout` s."""
+    FederationProcessError naming the SuperLink when one dies, or at `timeout` s."""
     runs = []
     timeouts = {"round-timeout": round_timeout, "connect-timeout": READY_TIMEOUT}
     for i, (job, federation) in enumerate(zip(jobs, federations, strict=True)):
@@ -397,18 +293,18 @@ def follow_runs(
     record.write()
     logs = [fp.NewLines(run.log_path) for run in runs]
     pending = set(range(len(runs)))
-    deadline = time.monotonic() + run_timeout
-    while pending:
+
+    def ended() -> bool:
         fp.check_alive(federations[i].superlink for i in pending)
         for i in sorted(i for i in pending if not runs[i].alive()):
             relay_progress(logs)
             record.status[i] = federations[i].run_status(runs[i])
             pending.discard(i)
             record.write()
-        if time.monotonic() > deadline:
-            raise fp.FederationProcessError(f"flwr run exceeded {run_timeout} s")
         relay_progress(logs)
-        time.sleep(PROGRESS_POLL if pending else 0.0)
+        return not pending
+
+    fp.watch(ended, time.monotonic() + timeout, "flwr run", PROGRESS_POLL)
 
 
 def relay_progress(logs: Sequence[fp.NewLines]) -> None:
@@ -420,43 +316,20 @@ def relay_progress(logs: Sequence[fp.NewLines]) -> None:
                 print(line, flush=True)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="dpmed fl-flower",
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--config", nargs="+", type=Path, default=[SMOKE_CONFIG],
-        help="config file(s), merged in order (default config/smoke.yaml)",
-    )  # fmt: skip
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = fp.launcher_parser("dpmed fl-flower", __doc__, SMOKE_CONFIG)
     parser.add_argument(
         "--run", nargs="+", default=SMOKE_RUNS,
         help="run folder path(s) of xcal jobs of one dataset, each on its own federation "
         "(default: the smoke config's XCal-FL and static DP-FL cells at eps 5)",
     )  # fmt: skip
-    parser.add_argument(
-        "--processed", type=Path,
-        help="processed dataset folder (default: generate the config's synthetic data)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--out", type=Path, required=True, help="output folder: out/<run>/ per job, out/flower/"
-    )
     parser.add_argument("--device", default="cpu", help="torch device of the server (cpu)")
-    parser.add_argument("--round-timeout", type=float, default=600.0, help="s per round")
-    fp.add_seeded_flag(parser)
     args = parser.parse_args(argv)
     jobs = xcal_jobs(args.config, args.run, args.processed, args.out, args.device)
-    try:
-        record = deploy(jobs, args.out / "flower", args.round_timeout, args.seeded)
-    except fp.FederationProcessError as exc:  # processes stopped, processes.json written
-        print(f"stopped: {exc}; record in {args.out / 'flower'}", file=sys.stderr)
-        raise SystemExit(128 + exc.signum if isinstance(exc, fp.Terminated) else 1) from None
-    for proc in record["processes"]:
-        print(f"{proc['name']:<18} pid {proc['pid']:<8} ports {proc['ports']}  {proc['command']}")
-    print(f"{record['status']} in {record['seconds']:.1f} s; outputs in {args.out}")
+    work = args.out / "flower"
+    launch = lambda: deploy(jobs, work, args.round_timeout, args.seeded, args.timeout)  # noqa: E731
+    return fp.finish(work, launch)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

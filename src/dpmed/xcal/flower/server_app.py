@@ -2,18 +2,18 @@
 
 It runs the job its run config holds (`dpmed.xcal.flower.runconfig`) as
 `dpmed.xcal.run.run` does, except that the sampled clients train on their SuperNodes: the same
-federation without client data (`build_federation` with no partitions), the same m-of-K
+federation without client data (`dpmed.xcal.federation`, no partitions), the same m-of-K
 schedule, `train_round` with a remote trainer (`RemoteRound`): sample-weighted FedAvg over the
 updates accepted, in client order, then the test evaluation. So with the same job, seeds,
 partition and rounds the model equals the in-process run's.
 
 The server trusts no client's word on privacy. It holds a view of every client (`ledger_view`:
-a `Client` without data, calibrated from the public plan and the roll call's sample count) and
+a `ClientAccount`, calibrated from the public plan and the roll call's sample count) and
 counts in it every round whose update arrived (`count_round`: a fixed-σ method's ledger is
 charged as the client charges it; XCal-FL's proven ε depends only on that count and the
 calibration). Each report is only checked against that view (`verify_report`): a round count,
 ε, sample count or ledger that disagrees, or anything malformed, is refused by name; the
-update is screened (`dpmed.xcal.averaging.update_fault`: keys, shapes, dtypes, finite entries,
+update is screened (`dpmed.xcal.screen.update_fault`: keys, shapes, dtypes, finite entries,
 norm). A refused or screened-out update is left out of the round's average but still counts in
 its client's ε. FedAvg weights are the roll call's sample counts.
 
@@ -34,34 +34,30 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import torch
 from flwr.app import Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from dpmed.config.wildcards import parse_eps
-from dpmed.io import write_csv, write_json
-from dpmed.models import save_model
+from dpmed.io import write_json
 from dpmed.privacy.adaptive import RdpLedger
 from dpmed.privacy.record import PrivacyRecord
 from dpmed.runtime import JobContext, Progress
-from dpmed.xcal.averaging import update_fault
-from dpmed.xcal.client import Client, ClientSeeds, ClientUpdate
+from dpmed.xcal.account import ClientAccount
+from dpmed.xcal.client import ClientUpdate
+from dpmed.xcal.federation import (
+    Federation,
+    TrainState,
+    build_federation,
+    run_label,
+    train_round,
+    write_model_outputs,
+)
 from dpmed.xcal.flower import PROGRESS_LABEL, wire
 from dpmed.xcal.flower.runconfig import server_job
 from dpmed.xcal.methods import FixedSigmaState, XCalState
 from dpmed.xcal.privacy import privacy_record
-from dpmed.xcal.run import (
-    ROUND_COLUMNS,
-    Federation,
-    History,
-    build_client,
-    build_federation,
-    run_label,
-    train_round,
-    write_gradcam,
-    write_road,
-)
+from dpmed.xcal.screen import update_fault
 
 POLL_SECONDS = 0.2  # how often the server asks the SuperLink for replies
 # The most training images a roll call may declare for one site: far beyond any medical image
@@ -127,15 +123,12 @@ class RoundLog:
         return state if self.stopped is None else {**state, "stopped": self.stopped}
 
 
-def ledger_view(job: JobContext, k: int, n: int, fed: Federation, device: torch.device) -> Client:
-    """The server's view of client k with `n` samples: a `Client` with zero-size images, its
-    method state calibrated as the client's own (the same q, planned rounds and target), whose
-    generators are placeholders it never draws from."""
-    images = np.zeros((n, 0, 0, 0), dtype=np.uint8)
-    labels = np.zeros(n, dtype=np.int64)
-    seeds = ClientSeeds(0, 0, 0)
-    layer = fed.evaluation.layer
-    return build_client(job, k, images, labels, fed.method, layer, fed.schedule, device, seeds)
+def ledger_view(job: JobContext, k: int, n: int, fed: Federation) -> ClientAccount:
+    """The server's view of client k with `n` samples: its account, the method state
+    calibrated as the client's own (the same q, planned rounds and target)."""
+    rounds = sum(k in sampled for sampled in fed.schedule)
+    eps = parse_eps(job.wildcards["eps"])
+    return ClientAccount.plan(k, n, fed.method, job.params, eps, planned_rounds=rounds)
 
 
 def exchange(grid: Grid, messages: dict[int, Message], timeout: float) -> dict[int, Message]:
@@ -203,19 +196,16 @@ def roll_call(grid: Grid, job: JobContext, arguments: dict, timeout: float) -> d
     return nodes
 
 
-def count_round(view: Client) -> None:
+def count_round(view: ClientAccount) -> None:
     """Count one more round whose update arrived in the server's view of a client: its round
     counter and, under a fixed-σ method, its ledger charged as the client charges it
-    (local_epochs × S steps at (q, σ_ref), one at a time, so the RDP sums bit for bit) and
+    (local_epochs × S steps, each asking the method for its σ: the RDP sums bit for bit) and
     its step count."""
     view.rounds += 1
-    state = view.method_state
-    if isinstance(state, FixedSigmaState):
+    if isinstance(view.state, FixedSigmaState):
         steps = view.params["local_epochs"] * view.steps_per_epoch
-        for _ in range(steps):
-            state.ledger.charge(view.q, state.sigma_ref)
+        view.stats.sigmas += [view.method.next_sigma(view, None) for _ in range(steps)]
         view.stats.steps += steps
-        view.stats.sigmas += [state.sigma_ref] * steps
 
 
 def expect(where: str, claimed: Any, observed: Any) -> None:
@@ -249,7 +239,9 @@ def same_charges(where: str, reported: RdpLedger, charged: RdpLedger) -> None:
         raise wire.Refused(f"{where}.rdp", "differs from the RDP of the steps the server charged")
 
 
-def within_plan(where: str, ledger: RdpLedger, view: Client, sigmas: tuple[float, float]) -> int:
+def within_plan(
+    where: str, ledger: RdpLedger, view: ClientAccount, sigmas: tuple[float, float]
+) -> int:
     """The steps `ledger` charges; Refused unless each is at the client's q with σ in
     `sigmas` (low, high) and they are no more than the plan allows the server's round count."""
     low, high = sigmas
@@ -265,11 +257,11 @@ def within_plan(where: str, ledger: RdpLedger, view: Client, sigmas: tuple[float
     return steps
 
 
-def verify_filter(view: Client, method: dict[str, Any], ledger: dict[str, Any]) -> int:
+def verify_filter(view: ClientAccount, method: dict[str, Any], ledger: dict[str, Any]) -> int:
     """The gradient steps of an XCal-FL client's reported filter; Refused unless its filter
     and signal ledgers are well-formed, within the plan (σ_t in the band, the signal at its
     σ_s) and the filter's budget, and the ledger message repeats them."""
-    state: XCalState = view.method_state
+    state: XCalState = view.state
     flt = wire.mapping(method.get("filter"), "privacy.method.filter")
     gradient = wire.rdp_ledger(flt.get("ledger"), "privacy.method.filter.ledger")
     signal = wire.rdp_ledger(method.get("signal_ledger"), "privacy.method.signal_ledger")
@@ -297,7 +289,7 @@ def verify_filter(view: Client, method: dict[str, Any], ledger: dict[str, Any]) 
     return steps
 
 
-def verify_report(view: Client, report: dict[str, Any], n_samples: int) -> None:
+def verify_report(view: ClientAccount, report: dict[str, Any], n_samples: int) -> None:
     """Refused (naming the field, the claim and what the server observed) unless client
     `view`'s report agrees with the server's view of it: the same client, the roll call's
     sample count, the server's round count and ε, and well-formed step statistics and ledgers
@@ -310,7 +302,7 @@ def verify_report(view: Client, report: dict[str, Any], n_samples: int) -> None:
     expect_epsilon("ledger.epsilon", ledger.get("epsilon"), view.epsilon())
     stats = wire.step_stats(privacy.get("stats"), "privacy.stats")
     method = wire.mapping(privacy.get("method"), "privacy.method")
-    state = view.method_state
+    state = view.state
     if isinstance(state, FixedSigmaState):
         reported = {
             "ledger.gradient": ledger.get("gradient"),
@@ -344,19 +336,19 @@ class RemoteRound:
     timeout: float
     log: RoundLog
 
-    def __call__(self, sampled: list[Client], global_state: dict) -> list[ClientUpdate]:
+    def __call__(self, sampled: list[int], global_state: dict) -> list[ClientUpdate]:
         plan = wire.plan_record(self.job, self.index, self.fed.model_arguments)
         arrays = wire.tensors_record(global_state)
         online = set(self.grid.get_node_ids())
         failed: dict[int, str] = {}
         messages = {}
-        for client in sampled:
-            node = self.nodes[client.index].node_id
+        for k in sampled:
+            node = self.nodes[k].node_id
             if node not in online:
-                failed[client.index] = "SuperNode offline (no heartbeat)"
+                failed[k] = "SuperNode offline (no heartbeat)"
                 continue
             content = RecordDict({wire.PLAN: plan, wire.GLOBAL: arrays})
-            messages[client.index] = Message(
+            messages[k] = Message(
                 content,
                 dst_node_id=node,
                 message_type=MessageType.TRAIN,
@@ -366,7 +358,7 @@ class RemoteRound:
         replies = exchange(self.grid, messages, self.timeout) if messages else {}
         entry = {
             "round": self.index + 1,
-            "sampled": [c.index for c in sampled],
+            "sampled": list(sampled),
             "received": [],
             "refused": {},
             "failed": failed,
@@ -374,7 +366,7 @@ class RemoteRound:
         }
         self.log.rounds.append(entry)
         updates = []
-        for client in sampled:
+        for client in (self.fed.accounts[k] for k in sampled):
             reply = replies.get(client.index)
             if client.index in failed:
                 continue
@@ -399,7 +391,7 @@ class RemoteRound:
             raise FederationError(f"round {self.index + 1}: no acceptable update ({reasons})")
         return updates
 
-    def accept(self, view: Client, content: RecordDict, global_state: dict) -> ClientUpdate:
+    def accept(self, view: ClientAccount, content: RecordDict, global_state: dict) -> ClientUpdate:
         """Count the round in client `view`'s ε (its update arrived), check its report against
         the view (`verify_report`), screen its update against `global_state`, and restore the
         view's informational readings; the update, weighted by the roll call's sample count.
@@ -412,7 +404,7 @@ class RemoteRound:
         tensors = wire.record_tensors(content.array_records[wire.UPDATE], device)
         if fault := update_fault(global_state, tensors):
             raise wire.Refused(f"tensor {fault[0]!r}", fault[1])
-        before = wire.privacy_state(view)
+        before = view.privacy_state()
         wire.restore_readings(view, report["privacy"])
         try:
             reading = report["ledger"].get("eps_realised_reading")
@@ -449,8 +441,8 @@ def write_record(job: JobContext, fed: Federation, log: RoundLog, nodes: dict[in
     import flwr
 
     out_dir, wc = Path(job.out_dir), job.wildcards
-    if fed.clients:
-        record = privacy_record(fed.clients, fed.method, parse_eps(wc["eps"]), job.params)
+    if fed.accounts:
+        record = privacy_record(fed.accounts, fed.method, parse_eps(wc["eps"]), job.params)
         deployed_record(record, log, nodes).write(out_dir / "privacy.json", wc["dataset"])
     federation = {
         "engine": f"flwr {flwr.__version__}",
@@ -462,21 +454,17 @@ def write_record(job: JobContext, fed: Federation, log: RoundLog, nodes: dict[in
 
 
 def write_outputs(
-    job: JobContext, fed: Federation, history: History, log: RoundLog, nodes: dict[int, Node]
+    job: JobContext, fed: Federation, state: TrainState, log: RoundLog, nodes: dict[int, Node]
 ) -> None:
     """rounds.csv, road.json, gradcam.npz, privacy.json and model.pt as the in-process run
     writes them (metrics.json, which times forward passes on a client's data, is not written),
     and federation.json (`write_record`)."""
-    out_dir = Path(job.out_dir)
-    write_csv(out_dir / "rounds.csv", pd.DataFrame(history.rows, columns=ROUND_COLUMNS))
-    write_road(out_dir / "road.json", fed.evaluation, history)
-    write_gradcam(out_dir / "gradcam.npz", fed.evaluation)
-    save_model(out_dir / "model.pt", job.wildcards["model"], fed.model_arguments, fed.net)
+    write_model_outputs(job, fed, state)
     log.status = "completed"
     write_record(job, fed, log, nodes)
 
 
-def check_aggregate(history: History, previous: dict[str, torch.Tensor], r: int) -> None:
+def check_aggregate(history: TrainState, previous: dict[str, torch.Tensor], r: int) -> None:
     """Check round `r`'s aggregate before it is broadcast or saved: it must pass the screen an
     update passes (`update_fault` against the previous global model); FederationError names
     the tensor otherwise."""
@@ -492,8 +480,8 @@ def serve(grid: Grid, job: JobContext, round_timeout: float, connect_timeout: fl
     log, nodes = RoundLog(), {}
     try:
         nodes.update(roll_call(grid, job, fed.model_arguments, connect_timeout))
-        fed.clients = [ledger_view(job, k, nodes[k].n_samples, fed, device) for k in sorted(nodes)]
-        history = History({k: v.detach().clone() for k, v in fed.net.state_dict().items()})
+        fed.accounts = [ledger_view(job, k, nodes[k].n_samples, fed) for k in sorted(nodes)]
+        history = TrainState.start(fed.net)
         rounds = job.params["rounds"]
         progress = Progress(f"{PROGRESS_LABEL} {run_label(job.wildcards)}", rounds)
         for r in range(rounds):

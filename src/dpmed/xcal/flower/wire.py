@@ -5,8 +5,8 @@ Server → client, per round: `plan` (a ConfigRecord: the job's wildcards, hyper
 seed, the network's build arguments and the round, all public) and `global` (an ArrayRecord:
 the global model's state dict). Client → server: `update` (its state dict after local
 training) and `report` (its number, sample count, ledger message with its proven ε, and its
-ledger state and step statistics; `privacy_state`). Tensors travel as NumPy .npy bytes (exact
-for every dtype); the rest as JSON, whose float repr round-trips exactly. The client's
+ledger state and step statistics; `ClientAccount.privacy_state`). Tensors travel as NumPy .npy
+bytes (exact for every dtype); the rest as JSON, whose float repr round-trips exactly. The client's
 generators never travel. Every read of a report raises `Refused`, naming the field at fault,
 on anything missing, malformed or non-finite.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,8 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from dpmed.privacy.accounting import ORDERS
 from dpmed.privacy.adaptive import RdpLedger
 from dpmed.runtime import JobContext
-from dpmed.xcal.client import Client, ClientUpdate, StepStats
+from dpmed.xcal.account import ClientAccount, StepStats
+from dpmed.xcal.client import Client, ClientUpdate
 from dpmed.xcal.methods import FixedSigmaState
 
 PLAN, GLOBAL, UPDATE, REPORT = "plan", "global", "update", "report"
@@ -84,24 +85,13 @@ def record_tensors(record: ArrayRecord, device: torch.device) -> dict[str, torch
     return {k: v.clone().to(device) for k, v in state.items()}
 
 
-def privacy_state(client: Client) -> dict[str, Any]:
-    """What the server's view of a client needs for its ε and privacy.json: the method's
-    ledger state, rounds trained and step statistics (the σ_t and privatised signals used,
-    step counts and times). No generator state: the client's seeds stay on its node."""
-    return {
-        "method": client.method.checkpoint(client),
-        "rounds": client.rounds,
-        "stats": asdict(client.stats),
-    }
-
-
 def report_record(client: Client, update: ClientUpdate, noise_source: str) -> ConfigRecord:
     """The client's report beside its update (`noise_source`: how its noise was seeded)."""
     report = {
-        "client": client.index,
+        "client": client.account.index,
         "n_samples": update.n_samples,
         "ledger": update.ledger,
-        "privacy": privacy_state(client),
+        "privacy": client.account.privacy_state(),
         "noise_source": noise_source,
     }
     return ConfigRecord({"json": json.dumps(report)})
@@ -192,11 +182,11 @@ def step_stats(value: Any, where: str) -> StepStats:
     return StepStats(steps, seconds, **readings)
 
 
-def restore_readings(view: Client, privacy: dict[str, Any]) -> None:
-    """Bring the server's view of a client (a `Client` without data) to the readings a checked
-    report's `privacy_state` gives: its step statistics and, where its ε does not depend on
-    them, the method's ledgers (XCal-FL's filter and signal ledgers). Never its round count,
-    calibration or a fixed-σ ledger: the server keeps those itself."""
-    if not isinstance(view.method_state, FixedSigmaState):
+def restore_readings(view: ClientAccount, privacy: dict[str, Any]) -> None:
+    """Bring the server's view of a client (its `ClientAccount`) to the readings a checked
+    report's `ClientAccount.privacy_state` gives: its step statistics and, where its ε does
+    not depend on them, the method's ledgers (XCal-FL's filter and signal ledgers). Never its
+    round count, calibration or a fixed-σ ledger: the server keeps those itself."""
+    if not isinstance(view.state, FixedSigmaState):
         view.method.restore(view, privacy["method"])
     view.stats = step_stats(privacy["stats"], "privacy.stats")

@@ -13,15 +13,15 @@ from conftest import REPO
 
 from dpmed.data.splits import split_counts
 from dpmed.data.synthetic.fets import REAL_PARTITION_SIZES
-from dpmed.fets import timing
-from dpmed.fets.selection import schedule
-from dpmed.fets.timing import (
+from dpmed.fets import round_clock
+from dpmed.fets.round_clock import (
     MAX_SIMULATION_TIME,
     ConvergenceScore,
     TimeProfile,
     round_times,
     time_profiles,
 )
+from dpmed.fets.selection import schedule
 
 FETS = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["fets"]["defaults"]
 TABLE_II_MINUTES = (8291.95, 8781.74, 8484.11)  # paper 000 Table II: eps0 1, eps0 10, SimAgg
@@ -89,10 +89,10 @@ def challenge_minutes(sizes: dict[str, tuple[int, int]], trainers: Sequence[Sequ
     np.random.seed(0xFEEDFACE)
     stats = {}
     for col in names:
-        ml = np.random.randint(len(timing.VALIDATION_TIMES))
-        net = np.random.randint(len(timing.DOWNLOAD_TIMES))
-        stats[col] = (timing.VALIDATION_TIMES[ml], timing.TRAINING_TIMES[ml],
-                      timing.DOWNLOAD_TIMES[net], timing.UPLOAD_TIMES[net])  # fmt: skip
+        ml = np.random.randint(len(round_clock.VALIDATION_TIMES))
+        net = np.random.randint(len(round_clock.DOWNLOAD_TIMES))
+        stats[col] = (round_clock.VALIDATION_TIMES[ml], round_clock.TRAINING_TIMES[ml],
+                      round_clock.DOWNLOAD_TIMES[net], round_clock.UPLOAD_TIMES[net])  # fmt: skip
     total = 0.0
     for round_num, chosen in enumerate(trainers):
         np.random.seed(round_num)

@@ -1,5 +1,5 @@
-"""Simulated round time and projected convergence score, computed as the FeTS 2022 challenge
-does.
+"""The fets round clock: simulated round time and projected convergence score, as the FeTS
+2022 challenge computes them.
 
 The per-sample timing profiles (mean, sd in seconds) are the FeTS 2022 challenge's own, derived
 from real FeTS institutions (fets_challenge/experiment.py). As there: each collaborator draws a

@@ -1,63 +1,10 @@
-"""Weighted averaging of model tensors: the xcal server's FedAvg over clients, and the screen
-a client's update passes before it is averaged (`update_fault`).
-
-Works on NumPy arrays and torch tensors alike and computes in the tensors' own dtype: each
-weight is cast to that dtype before the product, the products are accumulated in place in
-argument order. (The fets server has its own block passes, `dpmed.fets.round_tensors`.)
-"""
+"""The screen a client's update passes before the xcal server averages it (`update_fault`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
-
-import numpy as np
-
-T = TypeVar("T")
-
-
-def weighted_sum(values: Sequence[T], alpha: Sequence[float]) -> T:
-    """Σ α_i v_i in the values' dtype (one pass over each value, one scratch buffer)."""
-    first = values[0]
-    if isinstance(first, np.ndarray | np.generic | float | int):
-        first = np.asarray(first)
-    out = first * _cast(first, alpha[0])
-    scratch = _empty_like(out)
-    for a, value in zip(alpha[1:], values[1:], strict=True):
-        _multiply(value, _cast(first, a), scratch)
-        out += scratch
-    return out
-
-
-def weighted_mean(values: Sequence[T], weights: Sequence[float]) -> T:
-    """Σ W_i v_i / Σ W_i (FedAvg: W_i is client i's sample count or data-size weight)."""
-    w = np.asarray(weights, dtype=np.float64)
-    return weighted_sum(values, w / w.sum())
-
-
-def _cast(like: Any, value: float) -> Any:
-    if isinstance(like, np.ndarray):
-        return like.dtype.type(value)
-    return float(value)
-
-
-def _empty_like(like: Any) -> Any:
-    if isinstance(like, np.ndarray | np.generic):
-        return np.empty_like(like)
-    import torch
-
-    return torch.empty_like(like)
-
-
-def _multiply(value: Any, scalar: Any, out: Any) -> None:
-    if isinstance(out, np.ndarray):
-        np.multiply(value, scalar, out=out)
-    else:
-        import torch
-
-        torch.mul(value, scalar, out=out)
-
+from collections.abc import Mapping
+from typing import Any
 
 # The largest L2 norm of a client's update w_k − w_global (float64, over the whole model) the
 # xcal server averages: orders of magnitude beyond any local round of DP-SGD or SGD at this

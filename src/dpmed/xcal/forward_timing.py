@@ -49,8 +49,8 @@ def forward_pair_seconds(module: nn.Module, clients: Sequence[Client]) -> float 
     """`pair_seconds` on the first ⌈q·n⌉ images (the expected Poisson batch) of the first
     client that trained (the clients' expected batches all have about the configured size, so
     one suffices); None when no client trained."""
-    trained = [c for c in clients if c.rounds]
+    trained = [c for c in clients if c.account.rounds]
     if not trained:
         return None
-    client = trained[0]
-    return pair_seconds(module, client.x[: max(1, int(np.ceil(client.q * client.n)))])
+    client, account = trained[0], trained[0].account
+    return pair_seconds(module, client.x[: max(1, int(np.ceil(account.q * account.n)))])

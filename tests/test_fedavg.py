@@ -6,13 +6,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpmed.xcal.averaging import weighted_mean, weighted_sum
+from dpmed.fedavg import weighted_average, weighted_sum
 
 
-def test_weighted_mean_by_hand():
+def test_weighted_average_by_hand():
     values = [np.array([1.0, 2.0]), np.array([3.0, 6.0])]
     # weights 1 and 3: (1·[1,2] + 3·[3,6]) / 4 = [2.5, 5]
-    np.testing.assert_array_equal(weighted_mean(values, [1, 3]), [2.5, 5.0])
+    np.testing.assert_array_equal(weighted_average(values, [1, 3]), [2.5, 5.0])
     np.testing.assert_array_equal(weighted_sum(values, [0.5, 0.25]), [1.25, 2.5])
 
 
@@ -24,8 +24,8 @@ def test_weighted_mean_by_hand():
 def test_numpy_and_torch_give_the_same_bits(counts, seed):
     rng = np.random.default_rng(seed)
     arrays = [rng.standard_normal(17).astype(np.float32) for _ in counts]
-    from_numpy = weighted_mean(arrays, counts)
-    from_torch = weighted_mean([torch.from_numpy(a) for a in arrays], counts).numpy()
+    from_numpy = weighted_average(arrays, counts)
+    from_torch = weighted_average([torch.from_numpy(a) for a in arrays], counts).numpy()
     assert from_numpy.dtype == np.float32
     np.testing.assert_array_equal(from_numpy, from_torch)
     # within float32 rounding of the float64 weighted mean
@@ -34,4 +34,4 @@ def test_numpy_and_torch_give_the_same_bits(counts, seed):
 
 
 def test_scalar_tensors():
-    assert float(weighted_mean([np.float32(2.0), np.float32(4.0)], [1.0, 1.0])) == 3.0
+    assert float(weighted_average([np.float32(2.0), np.float32(4.0)], [1.0, 1.0])) == 3.0
