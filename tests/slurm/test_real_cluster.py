@@ -106,17 +106,44 @@ def check_refit(work: Path, env: dict[str, str]) -> None:
     ).stdout  # fmt: skip
     print(printed)
     (work.parent / "refit.txt").write_text(printed)
-    assert json.loads(out.read_text())["points"]["run"] == dict.fromkeys(TRAINING_RULES, 1)
-    saved = out.with_name("job_cost_points.jsonl").read_text().splitlines()
-    for point in (p for p in map(json.loads, saved) if p["source"] == "run"):
-        rule, study = point["rule"], sized_rules()[point["rule"]]
-        run = STUDIES[study].path.format(**point["wildcards"])
-        assert wildcards_from_path(study, run) == point["wildcards"]
-        tsv = work / STUDIES[study].log(rule, "tsv").format(**point["wildcards"])
+
+    # The cluster's jobs join the committed points of source "run" (the demo's), each
+    # replacing the point of the same job (rule, wildcards, params, data), with its own
+    # measurement.
+    def key(point: dict) -> str:
+        return json.dumps([point[k] for k in ("rule", "wildcards", "params", "data")],
+                          sort_keys=True)  # fmt: skip
+
+    def runs(text: str) -> dict[str, dict]:
+        points = (json.loads(line) for line in text.splitlines() if line)
+        return {key(p): p for p in points if p["source"] == "run"}
+
+    committed = runs((REPO / "bench" / "job_cost_points.jsonl").read_text())
+    saved = runs(out.with_name("job_cost_points.jsonl").read_text())
+    here = {}
+    for tsv in sorted((work / "benchmarks").glob("*/**/*.tsv")):
+        rule = tsv.relative_to(work / "benchmarks").parts[0]
+        if rule not in TRAINING_RULES:
+            continue
+        study = sized_rules()[rule]
+        run = f"results/{study}/{tsv.relative_to(work / 'benchmarks' / rule).with_suffix('')}"
+        assert STUDIES[study].path.format(**wildcards_from_path(study, run)) == run
         header, values = tsv.read_text().splitlines()[:2]
         row = dict(zip(header.split("\t"), values.split("\t"), strict=True))
-        assert point["measured"]["time"] == float(row["s"]), rule
+        same_job = [
+            p
+            for p in saved.values()
+            if p["rule"] == rule and STUDIES[study].path.format(**p["wildcards"]) == run
+        ]  # of another config (params) too: the one measured here is among them
+        (point,) = [p for p in same_job if p["measured"]["time"] == float(row["s"])]
         assert point["measured"].get("mem", float(row["max_rss"])) == float(row["max_rss"])
+        here[key(point)] = rule
+    assert set(here.values()) == TRAINING_RULES
+    assert saved.keys() == committed.keys() | here.keys()
+    counts = {}
+    for point in saved.values():
+        counts[point["rule"]] = counts.get(point["rule"], 0) + 1
+    assert json.loads(out.read_text())["points"]["run"] == counts
 
 
 def test_one_cell_of_each_study_runs_on_slurm(tmp_path):
