@@ -49,7 +49,7 @@ verdicts: $(STAMP)
 
 # Two pytest-xdist workers; the tests of the one shared smoke run go to one of them (tests/conftest.py).
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(CORES) --dist loadgroup
+	$(BIN)/python -m pytest -n $(CORES) --dist loadgroup --no-loadscope-reorder
 
 # Every distinct cell of the paper grid (or CONFIG=...): real model and input size, sigma for every
 # eps, a few real training steps in a child process each, the SLURM request it must fit, and the

@@ -26,8 +26,8 @@ replaces its earlier point:
   config with image size, width, batch, patch, volume, model or ROAD sample overridden), read
   as `--benchmarks` reads a run.
 - `--preflight DIR`: what a preflight measured at the configured sizes
-  (`dpmed.preflight.points`: the probe's peak, and the job's time projected from its measured
-  seconds per unit of work, the same runtime model as the fit's).
+  (`dpmed.preflight.report.cost_points`: the probe's peak, and the job's time projected from
+  its measured seconds per unit of work, the same runtime model as the fit's).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from snakemake.utils import update_config
 from dpmed import job_cost
 from dpmed.config.checks import check_config, load_configs
 from dpmed.config.grid import wildcards_from_path
-from dpmed.preflight.points import cost_points
+from dpmed.preflight.report import cost_points
 from dpmed.sizing import sized_rules
 from dpmed.studies import STUDIES
 

@@ -1,4 +1,4 @@
-"""Empirical privacy audit (issue 17): the config's `audit` block (dpmed.config.audit) picks
+"""Empirical privacy audit: the config's `audit` block (dpmed.config.audit) picks
 private grid cells; privacy_audit retrains one of them with canaries in one setting at one
 noise scale (dpmed.audit) and writes
 

@@ -8,9 +8,8 @@ from dpmed.config.checks import check_config
 from dpmed.config.grid import wildcard_patterns
 from dpmed.data.registry import ARRAY_FILES, datasets_writing, processed_files
 from dpmed.job_cost import audit_request, mem_cap_note, request as cost_request
-from dpmed.profile_checks import check_gpu_requests, profile_placeholders
-from dpmed.report.menu import menu_name, report_item
-from dpmed.report.outputs import EXTS_OF_KEYWORD, FIGURE_EXTS, TABLE_EXTS
+from dpmed.report.outputs import EXTS_OF_KEYWORD, FIGURE_EXTS, TABLE_EXTS, menu_name, report_item
+from dpmed.slurm_profile import check_gpu_requests, profile_placeholders
 from dpmed.studies import STUDIES, claims_reader
 
 
@@ -85,7 +84,7 @@ def raw_folder(dataset):
 
 def reported(stem, exts, caption, category, subcategory, captions="workflow/report"):
     """Output files `stem + ext` for each ext, in order; one goes into the report
-    (`snakemake --report`: a table's .html, a figure's .png, dpmed.report.menu) under
+    (`snakemake --report`: a table's .html, a figure's .png, dpmed.report.outputs) under
     category/subcategory (its menu name sorts by number) with <captions>/<caption>.rst (a folder
     of the repository: a study's are src/dpmed/<study>/captions)."""
     files = [f"{stem}{ext}" for ext in exts]

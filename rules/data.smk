@@ -86,8 +86,9 @@ rule datasets_table:
     input:
         meta=expand("data/processed/{dataset}/meta.json", dataset=DATASETS),
     output:
-        reported("results/tables/datasets", TAB, "datasets", DATA_CAT, "datasets"),
+        csv_path=reported("results/tables/datasets", TAB, "datasets", DATA_CAT, "datasets"),
     params:
+        writer="dpmed.report.data:datasets_table",
         datasets=DATASETS,
     log:
         "logs/datasets_table.log",
@@ -95,7 +96,7 @@ rule datasets_table:
     conda:
         CONDA_ENV
     script:
-        "../workflow/scripts/datasets_table.py"
+        "../workflow/scripts/report_output.py"
 
 
 rule data_overview:

@@ -37,6 +37,6 @@ rule preflight:
 
 
 # The last rule file the Snakefile includes: with every rule parsed, the GPU requests the site
-# profile makes of them are checked once, before any job is planned (dpmed.profile_checks).
+# profile makes of them are checked once, before any job is planned (dpmed.slurm_profile).
 if workflow.is_main_process:
     check_gpu_requests(workflow.rules)

@@ -6,8 +6,7 @@ outputs flagged with `reported(...)`; captions are in workflow/report/ and a stu
 src/dpmed/<study>/captions/."""
 
 from dpmed.report.claims import claims_evidence
-from dpmed.report.demo_summary_inputs import summary_inputs
-from dpmed.report.outputs import shown_files
+from dpmed.report.outputs import shown_files, summary_inputs
 from dpmed.sizing import sized_rules
 
 for _study, _spec in STUDIES.items():
@@ -49,14 +48,18 @@ rule privacy_summary:
         privacy=[f"{run}/privacy.json" for run in study_runs()],
         audits=[f for job, f in zip(AUDITS, AUDIT_FILES) if job.noise_scale == 1],
     output:
-        reported("results/tables/privacy_summary", TAB, "privacy_summary", PRIVACY_CAT, "all studies"),
+        csv_path=reported(
+            "results/tables/privacy_summary", TAB, "privacy_summary", PRIVACY_CAT, "all studies"
+        ),
+    params:
+        writer="dpmed.report.privacy_summary:write_privacy_summary",
     log:
         "logs/privacy_summary.log",
     localrule: True
     conda:
         CONDA_ENV
     script:
-        "../workflow/scripts/privacy_summary.py"
+        "../workflow/scripts/report_output.py"
 
 
 # Which of each paper's claims this run supports (dpmed.report.claims): one table across the
@@ -124,10 +127,11 @@ rule claims:
 # the paper config's grid (dpmed.report.power), from this run's paired differences.
 rule power_plan:
     input:
-        pairs=rules.claims.output.pairs[0],
+        pairs=[rules.claims.output.pairs[0]],
     output:
-        reported("results/tables/power_plan", TAB, "power_plan", CLAIMS_CAT, "power plan"),
+        csv_path=reported("results/tables/power_plan", TAB, "power_plan", CLAIMS_CAT, "power plan"),
     params:
+        writer="dpmed.report.power:write_power_plan",
         target=dpmed_file("config/config.yaml"),
     log:
         "logs/power_plan.log",
@@ -135,7 +139,7 @@ rule power_plan:
     conda:
         CONDA_ENV
     script:
-        "../workflow/scripts/power_plan.py"
+        "../workflow/scripts/report_output.py"
 
 
 # The demo's targets met or not and its measured tables (dpmed.report.demo_summary): the numbers
@@ -147,15 +151,17 @@ rule demo_summary:
     input:
         **DEMO_SUMMARY_INPUTS,
     output:
-        summary="results/demo_summary.md",
-        targets=reported("results/tables/demo_summary", TAB, "demo_summary", CLAIMS_CAT, "demo targets"),
+        md_path=["results/demo_summary.md"],
+        csv_path=reported("results/tables/demo_summary", TAB, "demo_summary", CLAIMS_CAT, "demo targets"),
+    params:
+        writer="dpmed.report.demo_summary:write_demo_summary",
     log:
         "logs/demo_summary.log",
     localrule: True
     conda:
         CONDA_ENV
     script:
-        "../workflow/scripts/demo_summary.py"
+        "../workflow/scripts/report_output.py"
 
 
 # Each training job's wall time and peak memory as this run measured them (Snakemake's benchmark

@@ -144,12 +144,27 @@ def run_data_stage(workdir: Path) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """`make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`): every test
-    of the smoke run goes to one worker, so the smoke DAG still runs once, and the other tests
-    of a file to one worker, so a module's fixtures are built once."""
+    """`make test` runs the suite on two pytest-xdist workers (`--dist loadgroup
+    --no-loadscope-reorder`): every test of the smoke run goes to one worker, so the smoke DAG
+    still runs once, and the other tests of a file to one worker, so a module's fixtures are
+    built once.
+
+    Groups are handed out in the order left here, two to a worker at the start. The smoke group
+    goes first, so its long DAG starts at once; files with slow tests go next, so the other
+    worker starts on them; the group queued behind the smoke DAG is a light one, as the worker
+    that runs the smoke DAG is busy for most of the suite."""
+    groups: dict[str, list[pytest.Item]] = {}
     for item in items:
         smoke = "smoke_run" in getattr(item, "fixturenames", ())
-        item.add_marker(pytest.mark.xdist_group("smoke_run" if smoke else item.path.name))
+        group = "smoke_run" if smoke else item.path.name
+        item.add_marker(pytest.mark.xdist_group(group))
+        groups.setdefault(group, []).append(item)
+    order = sorted(groups, key=lambda name: (
+        name != "smoke_run", not any(item.get_closest_marker("slow") for item in groups[name])
+    ))  # fmt: skip
+    if len(order) > 3:
+        order.insert(2, order.pop())
+    items[:] = [item for name in order for item in groups[name]]
 
 
 @pytest.fixture(scope="session")

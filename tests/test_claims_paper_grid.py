@@ -16,7 +16,8 @@ import pytest
 from scipy import stats
 
 from dpmed.config.checks import check_config, load_config_file
-from dpmed.report.claims import ALPHA, claims_tables, holm, study_claims
+from dpmed.registry import resolve
+from dpmed.report.claims import ALPHA, claims_tables, holm
 from dpmed.studies import STUDIES, claims_reader
 
 # the largest family the paper grid's three seeds can decide: a paired effect 10 SDs of the
@@ -68,7 +69,7 @@ def paper_tables(tmp_path_factory: pytest.TempPathFactory):
                 run = next(p for p in (Path(file).parent, Path(file).parents[1])
                            if str(p.relative_to(root)) in by_path)  # fmt: skip
                 _plant(Path(file), by_path[str(run.relative_to(root))], rng)
-        studies[name] = study_claims(claims_reader(name), inputs)
+        studies[name] = resolve(claims_reader(name))(**inputs)  # (claims, observations)
     return claims_tables(studies)
 
 

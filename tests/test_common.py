@@ -153,7 +153,7 @@ def test_datasets_table_concatenates_meta_counts(tmp_path):
         },
     )
     frame = datasets_table(
-        {"a": tmp_path / "a.json", "b": tmp_path / "b.json"}, tmp_path / "datasets.csv"
+        [tmp_path / "a.json", tmp_path / "b.json"], tmp_path / "datasets.csv", ["a", "b"]
     )
     expected = pd.DataFrame(
         {

@@ -16,7 +16,7 @@ import scipy.io
 from scipy import ndimage
 
 from dpmed.data import oct
-from dpmed.data.matfile import load_mat
+from dpmed.data.oct import load_mat
 from dpmed.data.synthetic import oct as synthetic
 from dpmed.errors import ConfigError, DataFormatError
 

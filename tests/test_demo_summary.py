@@ -111,7 +111,7 @@ def test_targets_against_hand_computed_values(inputs):
 
 
 def test_summary_tables_hold_the_learning_cells_and_the_fets_gain(inputs, tmp_path):
-    write_demo_summary(inputs, tmp_path / "summary.md", tmp_path / "tables/targets.csv")
+    write_demo_summary(tmp_path / "summary.md", tmp_path / "tables/targets.csv", **inputs)
     text = (tmp_path / "summary.md").read_text()
     assert "| duke | unet | flat | none | 200 | 0 | 30 | 0.46 |" in text
     assert "flat-C2-lr0.01" not in text and "unetpp" not in text  # not learning cells

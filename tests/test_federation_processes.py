@@ -91,17 +91,16 @@ def test_both_launchers_share_their_options_and_defaults(monkeypatch):
 
 
 def test_a_launch_clears_the_last_one_and_records_what_stopped_it(tmp_path):
-    """A launch removes what the previous one left (not its lock, not the kept names), writes
+    """A launch removes what the previous one left (not its lock), writes
     processes.json at once, and on an error records it, stops every process group it
     started and writes the record with the processes' exit codes."""
     work = tmp_path / "launch"
     (work / "old").mkdir(parents=True)
     (work / "old" / "f").write_text("")
-    for name in ("processes.json", "data"):
-        (work / name).write_text("previous")
+    (work / "processes.json").write_text("previous")
     with pytest.raises(fp.FederationProcessError, match="boom"):
-        with fp.launching(work, ["job"], keep=["data"]) as record:
-            assert sorted(p.name for p in work.iterdir()) == [".lock", "data", "processes.json"]
+        with fp.launching(work, ["job"]) as record:
+            assert sorted(p.name for p in work.iterdir()) == [".lock", "processes.json"]
             assert json.loads((work / "processes.json").read_text())["status"] == ["starting"]
             shell = record.started(fp.start("sleeper", ["sh", "-c", "sleep 60 & sleep 60"],
                                             work / "sleeper.log"))  # fmt: skip
@@ -112,7 +111,6 @@ def test_a_launch_clears_the_last_one_and_records_what_stopped_it(tmp_path):
     final = json.loads((work / "processes.json").read_text())
     assert (final["error"], final["status"], final["jobs"]) == ("boom", ["stopped"], ["job"])
     assert final["processes"][0]["returncode"] == -signal.SIGTERM
-    assert (work / "data").read_text() == "previous"
 
 
 @pytest.mark.parametrize(

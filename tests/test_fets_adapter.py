@@ -101,11 +101,11 @@ def test_paper_adapter_is_algorithm_1_per_tensor(caplog):
     assert record["eps_basic_cum"] == 4 * 10.0  # rounds 0..3
     logged = [json.loads(r.getMessage().split(": ", 1)[1]) for r in caplog.records]
     assert logged == [record]  # one record per round
-    with pytest.raises(ValueError, match="unknown dp_simagg mode"):
+    with pytest.raises(ValueError, match="'dp_simagg' has no DP mode 'local'"):
         fets_dp_simagg(1.0, mode="local")
-    with pytest.raises(ValueError, match="dp_fedavg mode 'paper'"):
+    with pytest.raises(ValueError, match="'dp_fedavg' has no DP mode 'paper'"):
         fets_dp_simagg(1.0, mode="paper", aggregator="dp_fedavg")
-    with pytest.raises(ValueError, match="unknown private aggregator 'fedavg'"):
+    with pytest.raises(ValueError, match="'fedavg' has no DP mode 'sound'"):
         fets_dp_simagg(1.0, mode="sound", aggregator="fedavg")
 
 

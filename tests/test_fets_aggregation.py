@@ -17,6 +17,11 @@ from dpmed.fets.server import Server, ServerConfig
 from dpmed.privacy.mechanisms import analytic_sigma
 
 
+def rows(updates: np.ndarray) -> RoundTensors:
+    """Flattened updates (n, d) as one tensor named "" with origin 0."""
+    return RoundTensors({"": TensorGroup.of(list(updates))})
+
+
 def dp_fedavg(updates: RoundTensors, clip_norm: float, sigma: float, rng) -> dict:
     """DP-FedAvg (McMahan et al. 2018): the sound release of FedAvg, whose whole-model weighing
     is the uniform mean whatever the data sizes."""
@@ -127,12 +132,12 @@ def test_sound_mode_sensitivity_is_at_most_2c(updates, replacement, k, c, sizes)
     neighbour[k] = _ball(replacement, c)  # any vector of the C-ball replaces collaborator k
     w = np.array(sizes) / sum(sizes)
     rng = np.random.default_rng(0)
-    a, _ = agg.sound_release(rules.RULES["simagg"], RoundTensors.rows(updates), w, c, 0.0, rng)
-    b, _ = agg.sound_release(rules.RULES["simagg"], RoundTensors.rows(neighbour), w, c, 0.0, rng)
+    a, _ = agg.sound_release(rules.RULES["simagg"], rows(updates), w, c, 0.0, rng)
+    b, _ = agg.sound_release(rules.RULES["simagg"], rows(neighbour), w, c, 0.0, rng)
     assert np.linalg.norm(a[""] - b[""]) <= 2 * c * (1 + 1e-9)
-    fa = dp_fedavg(RoundTensors.rows(updates), c, 0.0, rng)[""]
-    fb = dp_fedavg(RoundTensors.rows(neighbour), c, 0.0, rng)[""]
-    delta_f = agg.aggregator_mode("dp_fedavg", "sound").sensitivity(c, 4)
+    fa = dp_fedavg(rows(updates), c, 0.0, rng)[""]
+    fb = dp_fedavg(rows(neighbour), c, 0.0, rng)[""]
+    delta_f = agg.aggregator_mode("dp_fedavg", "sound").rule.sensitivity(c, 4)
     assert np.linalg.norm(fa - fb) <= delta_f * (1 + 1e-9)
 
 
@@ -145,7 +150,7 @@ def test_sound_mode_noise_std_matches_calibration():
     new, mech = server.aggregate(base, local, fl_round=1)
     sigma = analytic_sigma(2 * 0.5, 2.0, 1e-5)
     assert mech.sigma == pytest.approx(sigma) and mech.delta_f == 1.0 and mech.mechanisms == 1
-    updates = RoundTensors.rows(np.stack([s["w.weight"] for _, s, _ in local]))
+    updates = rows(np.stack([s["w.weight"] for _, s, _ in local]))
     clean, _ = agg.sound_release(rules.RULES["simagg"], updates, [1 / 3] * 3, 0.5, 0.0, _Zero())
     noise = new["w.weight"] - clean[""]
     assert abs(noise.mean()) < 5 * sigma / math.sqrt(d)

@@ -10,7 +10,7 @@ import pytest
 from openfl.databases import TensorDB
 from openfl.utilities import TensorKey, change_tags
 
-from dpmed.fets.aggregation import AGGREGATORS
+from dpmed.fets.aggregation import aggregators
 from dpmed.fets.aggregators import LocalTensor
 from dpmed.fets.openfl_adapter import fets_dp_simagg
 from dpmed.fets.round_tensors import RoundTensors
@@ -20,7 +20,7 @@ EMPTY = {"a.empty.weight": (0, 3), "c.empty.bias": (0,)}  # first and between th
 FULL = {"b.conv.weight": (2, 3), "d.norm.bias": (4,), "e.scale": (3,)}
 ORDER = ["a.empty.weight", "b.conv.weight", "c.empty.bias", "d.norm.bias", "e.scale"]
 WEIGHTS = [0.5, 0.3, 0.2]
-PAIRS = [(name, mode) for name in AGGREGATORS for mode in AGGREGATORS[name].modes]
+PAIRS = [(name, mode) for name in aggregators() for mode in aggregators()[name].modes]
 
 
 def _round(with_empty: bool) -> tuple[dict[str, np.ndarray], list[tuple[str, dict, float]]]:
@@ -42,7 +42,7 @@ def _round(with_empty: bool) -> tuple[dict[str, np.ndarray], list[tuple[str, dic
 
 @pytest.mark.parametrize(("aggregator", "dpmode"), PAIRS, ids=[f"{a}-{m}" for a, m in PAIRS])
 def test_size_0_tensors_change_nothing_in_any_mode(aggregator: str, dpmode: str) -> None:
-    private = AGGREGATORS[aggregator].private
+    private = aggregators()[aggregator].private
     cfg = ServerConfig(aggregator, dpmode, 2.0 if private else None, 1e-5, 1.5, "l2", "analytic",
                        seed=3)  # fmt: skip
     got, got_mech = Server(cfg).aggregate(*_round(with_empty=True), fl_round=2)

@@ -13,7 +13,7 @@ from conftest import REPO
 
 from dpmed.config.checks import load_schema
 from dpmed.config.wildcards import NUMBER_PATTERN
-from dpmed.fets.aggregation import AGGREGATORS, DP_MODES, DPMode, aggregator_mode
+from dpmed.fets.aggregation import DP_MODES, DPMode, aggregator_mode, aggregators
 from dpmed.fets.aggregators import RULES, SIMAGG_DISTANCES, AggregationRule, uniform_mean
 from dpmed.fets.privacy import privacy_record
 from dpmed.fets.report import method_label
@@ -41,7 +41,7 @@ def test_spec_reads_the_registries():
     assert SPEC.patterns["dpmode"] == "none|paper|sound"
     valid = {
         (a, m, e)
-        for a in AGGREGATORS
+        for a in aggregators()
         for m in DP_MODES
         for e in ("inf", "1")
         if SPEC.invalid({"aggregator": a, "dpmode": m, "eps": e, "seed": "0"}) is None
@@ -54,12 +54,12 @@ def test_spec_reads_the_registries():
 
 
 def test_sound_sensitivities_and_labels():
-    assert aggregator_mode("dp_simagg", "sound").sensitivity(3.0, 6) == 6.0  # 2C
-    assert aggregator_mode("dp_fedavg", "sound").sensitivity(3.0, 6) == 1.0  # 2C/m
+    assert aggregator_mode("dp_simagg", "sound").rule.sensitivity(3.0, 6) == 6.0  # 2C
+    assert aggregator_mode("dp_fedavg", "sound").rule.sensitivity(3.0, 6) == 1.0  # 2C/m
     labels = [
         method_label({"aggregator": a, "dpmode": m, "eps": "1" if m != "none" else "inf"})
-        for a in AGGREGATORS
-        for m in AGGREGATORS[a].modes
+        for a in aggregators()
+        for m in aggregators()[a].modes
     ]
     assert labels == ["FedAvg", "SimAgg", "DP-SimAgg paper eps0=1", "DP-SimAgg sound eps0=1",
                       "DP-FedAvg eps0=1"]  # fmt: skip
@@ -83,7 +83,7 @@ def test_a_private_mode_needs_its_mechanism_and_sensitivity():
         DPMode("paper-approximation", True, 9, lambda rule: True, print, lambda n, r: "toy")
     with pytest.raises(ValueError, match="mechanism"):
         DPMode("dp", False, 9, lambda rule: True, print)
-    assert "toy" not in AGGREGATORS and "dp_toy" not in AGGREGATORS
+    assert "toy" not in aggregators() and "dp_toy" not in aggregators()
 
 
 def test_a_toy_median_aggregator_goes_through_the_server():
@@ -92,7 +92,7 @@ def test_a_toy_median_aggregator_goes_through_the_server():
 
     RULES.add("median", AggregationRule("Median", 5, aggregate=median_rule))  # no weighted mean
     try:
-        assert AGGREGATORS["median"].modes == ("none",)  # no weighing: mode none only
+        assert aggregators()["median"].modes == ("none",)  # no weighing: mode none only
         cfg = ServerConfig("median", "none", None, 1e-5, 1.0, "l2", "analytic", seed=0)
         base = {"a.weight": np.zeros(3), "a.bias": np.zeros(2)}
         local = [
@@ -111,7 +111,7 @@ def test_a_toy_median_aggregator_goes_through_the_server():
         assert SPEC.invalid(key) is None and SPEC.invalid({**key, "eps": "1"}) is not None
     finally:
         RULES.remove("median")
-    assert "median" not in AGGREGATORS
+    assert "median" not in aggregators()
     with pytest.raises(ValueError, match="unknown fets aggregator 'median'"):
         ServerConfig("median", "none", None, 1e-5, 1.0, "l2", "analytic", seed=0)
 
@@ -143,7 +143,8 @@ def test_a_toy_rule_in_one_entry_runs_under_every_dp_mode_that_accepts_it():
     alpha = sizes**2 / (sizes**2).sum()
     RULES.add("toy", rule)
     try:
-        assert AGGREGATORS["toy"].modes == ("none",) and AGGREGATORS["dp_toy"].modes == ("sound",)
+        assert aggregators()["toy"].modes == ("none",)
+        assert aggregators()["dp_toy"].modes == ("sound",)
         assert [m for m in DP_MODES if DP_MODES[m].accepts(rule)] == ["none", "sound"]
         with pytest.raises(ValueError, match="has no DP mode 'paper'"):
             ServerConfig("dp_toy", "paper", 1.0, 1e-5, 1.0, "l2", "analytic", seed=0)
@@ -183,4 +184,4 @@ def test_a_toy_rule_in_one_entry_runs_under_every_dp_mode_that_accepts_it():
         )
     finally:
         RULES.remove("toy")
-    assert "toy" not in AGGREGATORS and "dp_toy" not in AGGREGATORS
+    assert "toy" not in aggregators() and "dp_toy" not in aggregators()

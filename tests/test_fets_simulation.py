@@ -15,7 +15,7 @@ from conftest import Killed, phase_kills, save_then_die
 from dpmed.data import fets
 from dpmed.data.synthetic import fets as synthetic_fets
 from dpmed.fets import run as fets_run
-from dpmed.fets.aggregation import AGGREGATORS
+from dpmed.fets.aggregation import aggregators
 from dpmed.fets.aggregators import RULES, AggregationRule
 from dpmed.fets.brats import subject_scores
 from dpmed.fets.outputs import RUN_FILES
@@ -194,7 +194,7 @@ def test_a_registered_toy_aggregator_runs_end_to_end(processed, tmp_path, monkey
     RULES.add("median", AggregationRule("Median", 5, aggregate=median_rule))
     try:
         # Patterns are built when the spec is imported; a toy entry extends them by hand.
-        monkeypatch.setitem(SPEC.patterns, "aggregator", AGGREGATORS.pattern())
+        monkeypatch.setitem(SPEC.patterns, "aggregator", aggregators().pattern())
         wc = {"aggregator": "median", "dpmode": "none", "eps": "inf", "seed": "0"}
         assert SPEC.invalid(wc) is None
         assert SPEC.invalid({**wc, "dpmode": "sound", "eps": "1"}) is not None
@@ -206,4 +206,4 @@ def test_a_registered_toy_aggregator_runs_end_to_end(processed, tmp_path, monkey
         assert table2([folder], tmp_path / "table2.csv")["method"].tolist() == ["Median"]
     finally:
         RULES.remove("median")
-    assert "median" not in AGGREGATORS
+    assert "median" not in aggregators()

@@ -150,14 +150,14 @@ def test_the_deployed_run_equals_the_in_process_simulation(deployed, tmp_path, m
     deployed_rows = pd.read_csv(Path(job.out_dir) / "rounds.csv").drop(columns="seconds")
     simulated_rows = pd.read_csv(tmp_path / "rounds.csv").drop(columns="seconds")
     pd.testing.assert_frame_equal(deployed_rows, simulated_rows)
-    initial = prepare(replace(job, out_dir=tmp_path / "init")).federation.net.state_dict()
+    initial = prepare(replace(job, out_dir=tmp_path / "init"))[1].net.state_dict()
     assert max_difference(initial, weights(tmp_path)) > 1e-3  # the clients did train
 
 
 def simulate_without(job: JobContext, dropped: set[tuple[int, int]]) -> tuple[dict, dict]:
     """The in-process run of `job` with the updates of (round, client) in `dropped` left out
     (0-based rounds): its final weights and privacy.json record."""
-    fed = prepare(job).federation
+    fed = prepare(job)[1]
     history = TrainState.start(fed.net)
     for r in range(job.params["rounds"]):
 

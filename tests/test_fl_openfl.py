@@ -6,8 +6,9 @@ workspace and runs each collaborator from its own import, whose requirements.txt
 satisfied by this environment without an index. With the simulation's seeds (initial weights,
 schedule, local training, server noise), the federation's final model equals the in-process
 simulation `dpmed.fets.run` on the same three partitions, and so do its privacy record and every
-round's validation scores (rounds.csv, progress lines); privacy.json's `not_covered` names
-exactly the files of the run but model.pt. (b) A collaborator killed by SIGKILL mid-round:
+round's validation scores (rounds.csv, progress lines); the launch's files are in OUT/openfl,
+the run's in OUT/<run> (fl-flower's layout), and privacy.json's `not_covered` names exactly
+both but model.pt. (b) A collaborator killed by SIGKILL mid-round:
 OpenFL's aggregator would wait for it forever, so the launcher stops the federation with an
 error naming it, and privacy.json accounts for the rounds released before it only. (c) SIGTERM
 to the launcher after round 1: no process left, the record names round 1 and the signal; the
@@ -51,6 +52,7 @@ pytestmark = [pytest.mark.fl,
 # eps0 = 1e6: the noise is small beside the training, so a training difference would show.
 WILDCARDS = {"aggregator": "dp_simagg", "dpmode": "sound", "eps": "1000000", "seed": "0"}
 FL_PARAMS = {**PARAMS, "rounds": 2, "participation": 0.67}  # 2 of 3 train each round
+RUN = "results/fets/dp_simagg/sound/eps1000000/seed0"  # the run's folder in OUT
 PARTITIONS = [1, 2, 3]
 
 
@@ -94,11 +96,13 @@ def assert_imported(fed: Path) -> None:
 
 
 def test_export_import_federation_equals_the_simulation(processed, tmp_path, capsys):
-    fed = tmp_path / "openfl"
-    final = deploy(fed, processed, FL_PARAMS, WILDCARDS, PARTITIONS, seeded=True,
+    out = tmp_path / "fl"
+    final = deploy(out, processed, FL_PARAMS, WILDCARDS, PARTITIONS, seeded=True,
                    timeout=300)  # fmt: skip
+    work, fed = out / "openfl", out / RUN
     assert (final["status"], final["error"], final["jobs"]) == (["complete"], None, [str(fed)])
-    assert_imported(fed)
+    assert sorted(p.name for p in out.iterdir()) == ["openfl", "results"]
+    assert_imported(work)
     # one progress line per round, once its model was validated, the last with privacy.json's ε
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[openfl ")]
     assert [ln.split()[4] for ln in lines] == ["1/2", "2/2"], lines
@@ -136,11 +140,12 @@ def test_export_import_federation_equals_the_simulation(processed, tmp_path, cap
         k: v for k, v in want.items() if k not in mine
     }
     assert record["covers"].startswith(want["covers"]) and "model.pt" in record["covers"]
-    # not_covered: exactly the run's files but model.pt, each once
+    # not_covered: exactly the run's files but model.pt and the launch's, each once
     named = [item.split(":", 1)[0] for item in record["not_covered"]]
-    assert sorted(named) == sorted(p.name for p in fed.iterdir() if p.name != "model.pt")
+    launch = [f"openfl/{p.name}" for p in work.iterdir()]
+    assert sorted(named) == sorted([p.name for p in fed.iterdir() if p.name != "model.pt"] + launch)
     assert deployment["released_rounds"] == [1, 2] and deployment["not_released_rounds"] == []
-    table = json.loads((fed / "processes.json").read_text())["processes"]
+    table = json.loads((work / "processes.json").read_text())["processes"]
     assert table == final["processes"]
     assert [p["name"] for p in table] == FX_STEPS + FEDERATION
     aggregator = table[len(FX_STEPS)]
@@ -184,15 +189,15 @@ def test_a_killed_collaborator_stops_the_federation(processed, tmp_path):
     assert launcher.returncode == 1
     assert f"{victim['name']} (pid {victim['pid']}) died with exit code -9" in stderr
 
-    record = json.loads((out / "privacy.json").read_text())
+    record = json.loads((out / RUN / "privacy.json").read_text())
     deployment = record["extra"]["deployment"]
     assert deployment["status"] == "failed"
     assert (deployment["released_rounds"], deployment["not_released_rounds"]) == ([1], [2])
     assert record["steps"] == 1 and record["epsilon"] <= 1e6  # one round accounted
-    final = json.loads((out / "processes.json").read_text())
+    final = json.loads((out / "openfl" / "processes.json").read_text())
     assert "died with exit code -9" in final["error"] and final["status"] == ["stopped"]
-    assert (out / "model.pt").exists()  # round 1's release
-    table = json.loads((out / "processes.json").read_text())["processes"]
+    assert (out / RUN / "model.pt").exists()  # round 1's release
+    table = final["processes"]
     assert federation_names(table) == FEDERATION
     assert not any(live(p["pid"]) for p in table)
 
@@ -221,7 +226,7 @@ def process(out: Path, name: str, launcher: subprocess.Popen) -> dict:
     """The processes.json entry of `name`, once the launcher has started it."""
 
     def entry():
-        path = out / "processes.json"
+        path = out / "openfl" / "processes.json"
         table = json.loads(path.read_text())["processes"] if path.exists() else []
         return next((p for p in table if p["name"] == name), None)
 
@@ -259,7 +264,7 @@ def socket_inodes(pid: int) -> set[str]:
 
 def assert_all_gone(out: Path) -> None:
     """Every process group the launcher recorded is gone."""
-    for entry in json.loads((out / "processes.json").read_text())["processes"]:
+    for entry in json.loads((out / "openfl" / "processes.json").read_text())["processes"]:
         with pytest.raises(ProcessLookupError):
             os.killpg(entry["pid"], 0)
 
@@ -276,7 +281,7 @@ def test_sigterm_stops_every_process_and_keeps_the_record(processed, tmp_path):
         sockets = wait_for(lambda: listening(port), 60, "listening socket", launcher)
         assert [(t, a) for t, a, _ in sockets] in LOOPBACK  # 127.0.0.1 only
         assert sockets[0][2] in socket_inodes(agg["pid"])
-        records = out / "workspace" / "save" / "dp_rounds.jsonl"
+        records = out / "openfl" / "workspace" / "save" / "dp_rounds.jsonl"
         wait_for(lambda: records.exists() and records.read_text().count("\n") >= 1, 240,
                  "round 1 released", launcher)  # fmt: skip
         launcher.send_signal(signal.SIGTERM)
@@ -287,10 +292,10 @@ def test_sigterm_stops_every_process_and_keeps_the_record(processed, tmp_path):
     assert "INSECURE: the OpenFL federation" in stderr
     assert "federation failed: the launcher received SIGTERM" in stderr
     assert_all_gone(out)
-    deployment = json.loads((out / "privacy.json").read_text())["extra"]["deployment"]
+    deployment = json.loads((out / RUN / "privacy.json").read_text())["extra"]["deployment"]
     assert deployment["status"] == "failed" and deployment["released_rounds"][:1] == [1]
     assert deployment["not_released_rounds"][-1:] == [3]
-    final = json.loads((out / "processes.json").read_text())
+    final = json.loads((out / "openfl" / "processes.json").read_text())
     assert (final["error"], final["status"]) == ("the launcher received SIGTERM", ["stopped"])
 
 
@@ -312,7 +317,7 @@ def test_a_stalled_collaborator_stops_the_run_naming_it(processed, tmp_path):
                       rf"round timeout of {round_timeout} s", stderr)  # fmt: skip
     assert named and "'2'" in named.group(1), stderr
     assert_all_gone(out)
-    final = json.loads((out / "processes.json").read_text())
+    final = json.loads((out / "openfl" / "processes.json").read_text())
     assert final["status"] == ["stopped"] and named.group(0) in final["error"]
 
 
@@ -351,6 +356,6 @@ def test_a_malformed_upload_is_named(processed, tmp_path):
         deploy(out, processed, FL_PARAMS, WILDCARDS, PARTITIONS, timeout=400, template=template)
     want = f"OpenFL round 0: collaborator '{victim}', tensor '{tensor}': 0 rows with key"
     assert want in str(err.value)
-    final = json.loads((out / "processes.json").read_text())
+    final = json.loads((out / "openfl" / "processes.json").read_text())
     assert final["status"] == ["stopped"] and want in final["error"]
     assert_all_gone(out)

@@ -19,7 +19,7 @@ import torch
 from conftest import FLOWER_WILDCARDS, XCAL_PARAMS, xcal_processed
 
 pytest.importorskip("flwr")
-from flwr.app import Context, Message, MessageType, RecordDict  # noqa: E402
+from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict  # noqa: E402
 from opacus.accountants.analysis.rdp import get_privacy_spent  # noqa: E402
 
 from dpmed.privacy.accounting import ORDERS, compute_rdp  # noqa: E402
@@ -81,7 +81,7 @@ class Node:
         global model) in Flower run `run_id` (a fresh Context, as a new run gets)."""
         content = RecordDict({wire.PLAN: wire.plan_record(job, r, self.arguments)})
         if kind == MessageType.TRAIN:
-            content[wire.GLOBAL] = wire.tensors_record(self.global_state)
+            content[wire.GLOBAL] = ArrayRecord.from_torch_state_dict(self.global_state)
         msg = Message(content, dst_node_id=7, message_type=kind, group_id=str(r + 1))
         context = Context(run_id, 7, dict(self.config), RecordDict(), {})
         return client_app.app(msg, context)
@@ -187,7 +187,7 @@ def test_a_new_run_continues_the_ledger_as_one_uninterrupted_client(node, data, 
         node.train(job, 0, run_id=2)  # a new run id, a fresh Context.state
     second = node.train(job, 2, run_id=3)
 
-    fed = prepare(replace(job, out_dir=tmp_path / "simulated")).federation
+    fed = prepare(replace(job, out_dir=tmp_path / "simulated"))[1]
     client = fed.clients[K]
     for _ in HONEST_ROUNDS:
         expected = client.train_round(fed.net, fed.wrapped, node.global_state)

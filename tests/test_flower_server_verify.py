@@ -27,13 +27,13 @@ from dpmed.privacy.mechanisms import NOISE_SEEDED
 from dpmed.runtime import JobContext
 from dpmed.xcal.federation import build_federation, prepare
 from dpmed.xcal.run import run
-from dpmed.xcal.screen import MAX_UPDATE_NORM, update_fault
 
 pytest.importorskip("flwr")
-from flwr.app import ConfigRecord, RecordDict  # noqa: E402
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict  # noqa: E402
 
 from dpmed.xcal.flower import wire  # noqa: E402
 from dpmed.xcal.flower.server_app import (  # noqa: E402
+    MAX_UPDATE_NORM,
     REFUSED_REASON,
     FederationError,
     Node,
@@ -42,6 +42,7 @@ from dpmed.xcal.flower.server_app import (  # noqa: E402
     ledger_view,
     roll_call,
     serve,
+    update_fault,
 )
 
 # Two rounds, both clients each round, two local steps per round (30 images, batch 16).
@@ -80,7 +81,7 @@ class Honest:
 
 
 def honest_round(job: JobContext) -> Honest:
-    fed = prepare(job).federation
+    fed = prepare(job)[1]
     global_state = {k: v.detach().clone() for k, v in fed.net.state_dict().items()}
     client = fed.clients[0]
     update = client.train_round(fed.net, fed.wrapped, global_state)
@@ -111,7 +112,7 @@ def reply(report: dict[str, Any] | str, tensors: dict[str, torch.Tensor]) -> Rec
     text = report if isinstance(report, str) else json.dumps(report)
     return RecordDict(
         {
-            wire.UPDATE: wire.tensors_record(tensors),
+            wire.UPDATE: ArrayRecord.from_torch_state_dict(tensors),
             wire.REPORT: ConfigRecord({"json": text}),
         }
     )
@@ -383,7 +384,7 @@ class Grid:
     call) may change a reply before it is encoded."""
 
     def __init__(self, job: JobContext, tamper=None) -> None:
-        self.fed = prepare(job).federation
+        self.fed = prepare(job)[1]
         self.tamper = tamper or (lambda r, k, report, tensors: None)
         self.replies: dict[str, SimpleNamespace] = {}
 
@@ -456,7 +457,7 @@ def test_a_refused_client_is_left_out_of_the_average_and_named(data, tmp_path):
     assert rounds[1]["received"] == [0, 1] and list(rounds[1]["refused"]) == ["1"]
 
     # the model is the simulation's with that update left out
-    fed = prepare(replace(job, out_dir=tmp_path / "sim")).federation
+    fed = prepare(replace(job, out_dir=tmp_path / "sim"))[1]
     from dpmed.xcal.federation import TrainState, train_round
 
     history = TrainState.start(fed.net)

@@ -20,8 +20,7 @@ import yaml
 from conftest import REPO, SMOKE_CONFIG, site_slurm_profile
 from snakemake_executor_plugin_slurm.utils import set_gres_string
 
-from dpmed.profile_checks import SiteProfileError
-from dpmed.slurm_profile import install
+from dpmed.slurm_profile import SiteProfileError, install
 
 TEMPLATE = REPO / "profiles" / "slurm-template" / "config.yaml"
 PAPER_CONFIG = REPO / "config" / "config.yaml"
@@ -102,7 +101,9 @@ def test_each_gpu_job_makes_one_gpu_request_with_and_without_a_gpu_model(tmp_pat
     settings = gpu_model_settings()
     assert {"gpu_model": "a100"} in settings  # the template documents how to ask for a model
     wrong = []  # (setting, rule, sbatch GPU arguments) of each job that asks wrongly
-    for n, setting in enumerate([{}, *settings]):
+    # Which GPU a job asks for comes from the profile, not the grid: the paper grid is checked
+    # with the template as installed, the smoke grid with each documented setting too.
+    for n, setting in enumerate([{}, *settings] if configfile == SMOKE_CONFIG else [{}]):
         profile = profile_with(tmp_path / f"profile{n}", setting)
         covered = set()
         for preflight in (False, True):

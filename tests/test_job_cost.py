@@ -248,13 +248,12 @@ def test_refit_with_one_reprobed_cell_keeps_the_other_preflight_points(monkeypat
     assert cost.host_mb + cost.compute_mb >= again["measured"]["mem"] * (1 - 1e-6)
 
 
-SIZING_LAYER = ("src/dpmed/job_cost.py", "src/dpmed/sizing.py", "src/dpmed/preflight/cells.py",
-                "src/dpmed/preflight/cost.py", "src/dpmed/preflight/points.py",
-                "src/dpmed/preflight/report.py", "src/dpmed/preflight/run.py")  # fmt: skip
+SIZING_LAYER = ("src/dpmed/job_cost.py", "src/dpmed/sizing.py", "src/dpmed/preflight/report.py",
+                "src/dpmed/preflight/run.py")  # fmt: skip
 
 
 def test_the_sizing_layer_imports_no_study_package():
-    """job_cost and the preflight's cost, cells, points and report reach a study's sizing only
+    """job_cost and the preflight's run and report reach a study's sizing only
     through the study registry (`dpmed.<study>.sizing`), never by importing `dpmed.seg`,
     `dpmed.fets` or `dpmed.xcal`, not even inside a function."""
     import ast

@@ -6,6 +6,7 @@ naming the folder, and changes nothing); the aggregator's gRPC server listens on
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,12 +17,14 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from test_fets_simulation import PARAMS, _processed
 
 from dpmed import federation_processes as fp
 from dpmed.fets import openfl_deploy as od
 
 pytest.importorskip("openfl")
 DEPLOY = od.deploy  # the real one (`no_launch` replaces it in the module)
+WILDCARDS = {"aggregator": "dp_simagg", "dpmode": "sound", "eps": "1", "seed": "0"}
 
 
 @pytest.fixture
@@ -109,30 +112,57 @@ HOLDER = textwrap.dedent("""
 
 def test_one_launch_per_out_folder(tmp_path, capsys, no_launch):
     out = (tmp_path / "out").resolve()
-    (out / "workspace").mkdir(parents=True)
-    (out / "privacy.json").write_text("{}")  # the first launch's live files
-    first = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdin=subprocess.PIPE,
+    work = out / "openfl"  # the launch's folder, as fl-flower's is OUT/flower
+    (work / "workspace").mkdir(parents=True)
+    (work / "processes.json").write_text("{}")  # the first launch's live files
+    first = subprocess.Popen([sys.executable, "-c", HOLDER, str(work)], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
         assert first.stdout.readline() == "held\n"
         assert od.main(["--out", str(out)]) == 1
         err = capsys.readouterr().err
-        assert f"{out} is in use by another launch (pid {first.pid} holds" in err
+        assert f"{work} is in use by another launch (pid {first.pid} holds" in err
         with pytest.raises(fp.FederationProcessError, match="in use by another launch"):
-            DEPLOY(out, tmp_path, {}, {}, [1])
-        assert (out / "workspace").is_dir() and (out / "privacy.json").read_text() == "{}"
+            DEPLOY(out, tmp_path, {}, WILDCARDS, [1])
+        assert (work / "workspace").is_dir() and (work / "processes.json").read_text() == "{}"
         assert not no_launch and first.poll() is None  # the first launch runs on
     finally:
         first.communicate("\n", timeout=30)
-    with fp.launch_lock(out), fp.launch_lock(out):  # free again; nested in one process
-        assert (out / ".lock").read_text() == str(os.getpid())
+    with fp.launch_lock(work), fp.launch_lock(work):  # free again; nested in one process
+        assert (work / ".lock").read_text() == str(os.getpid())
+
+
+def test_the_layout_is_flowers(tmp_path, monkeypatch):
+    """OUT/openfl holds the launch (processes.json, sites, workspace), OUT/<run> the run's
+    outputs, an older run's removed first; privacy.json-free here: the federation (replaced)
+    validated the initial model and then failed."""
+    processed = _processed(tmp_path / "fets")
+    out = tmp_path / "out"
+    run = out / "results/fets/dp_simagg/sound/eps1/seed0"
+    run.mkdir(parents=True)
+    (run / "model.pt").write_text("an older run's")
+
+    def failed(workspace, record, collaborators, port, timeout, progress):
+        assert workspace == (out / "openfl" / "workspace").resolve()
+        (workspace / "save" / od.VALIDATION).write_text('{"round": 0, "dice_WT": 0.5}\n')
+        return fp.FederationProcessError("stopped")
+
+    monkeypatch.setattr(od, "run_federation", failed)
+    with pytest.raises(fp.FederationProcessError, match="stopped"):
+        DEPLOY(out, processed, {**PARAMS, "rounds": 1}, WILDCARDS, [1, 2])
+    assert sorted(p.name for p in out.iterdir()) == ["openfl", "results"]
+    launch = sorted(p.name for p in (out / "openfl").iterdir())
+    assert launch == [".lock", "processes.json", "sites", "workspace"]
+    assert sorted(p.name for p in run.iterdir()) == ["rounds.csv"]
+    record = json.loads((out / "openfl" / "processes.json").read_text())
+    assert (record["jobs"], record["status"]) == ([str(run.resolve())], ["stopped"])
 
 
 def test_aggregator_server_binds_its_address_and_no_shared_port(capsys):
     import grpc
     from openfl.transport.grpc import aggregator_server, common
 
-    from dpmed.fets.openfl_compat import patch_openfl
+    from dpmed.fets.openfl_components import patch_openfl
 
     patch_openfl()
     port = fp.free_port()

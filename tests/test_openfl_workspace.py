@@ -93,15 +93,19 @@ def test_rounds_frame_joins_records_and_scores():
 
 
 def test_not_covered_names_the_files_present(tmp_path):
-    """Exactly the files of the folder but model.pt, plus privacy.json (written with it); paper
-    mode adds its empirical sensitivity."""
-    for name in ("rounds.csv", "processes.json", "model.pt", ".lock"):
-        (tmp_path / name).write_text("")
+    """Exactly the run folder's files but model.pt, plus privacy.json (written with it), and
+    the launch folder's as openfl/<name>; paper mode adds its empirical sensitivity."""
+    run, work = tmp_path / "results" / "run", tmp_path / "openfl"
+    for folder, names in ((run, ("rounds.csv", "model.pt")), (work, ("processes.json", ".lock"))):
+        folder.mkdir(parents=True)
+        for name in names:
+            (folder / name).write_text("")
     for name in ("workspace", "logs", "sites"):
-        (tmp_path / name).mkdir()
+        (work / name).mkdir()
     sound = ServerConfig("dp_simagg", "sound", 1.0, 1e-5, 1.0, "l2", "analytic", None)
-    named = [item.split(":", 1)[0] for item in od.not_covered(tmp_path, sound)]
-    assert sorted(named) == sorted([".lock", "logs", "privacy.json", "processes.json",
-                                    "rounds.csv", "sites", "workspace"])  # fmt: skip
+    named = [item.split(":", 1)[0] for item in od.not_covered(tmp_path, run, sound)]
+    assert sorted(named) == sorted(["openfl/.lock", "openfl/logs", "privacy.json",
+                                    "openfl/processes.json", "rounds.csv", "openfl/sites",
+                                    "openfl/workspace"])  # fmt: skip
     paper = ServerConfig("dp_simagg", "paper", 1.0, 1e-5, 1.0, "l2", "analytic", None)
-    assert od.not_covered(tmp_path, paper)[len(named) :] == list(PAPER_NOT_COVERED)
+    assert od.not_covered(tmp_path, run, paper)[len(named) :] == list(PAPER_NOT_COVERED)

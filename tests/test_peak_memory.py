@@ -23,7 +23,7 @@ def test_a_child_started_by_a_large_process_reports_its_own_peak(tmp_path):
             "seed": 0, "device": "cpu", "steps": 2, "config": {"data": {}},
             "data_dir": str(tmp_path), "work_dir": str(tmp_path)}  # fmt: skip
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    subprocess.run([sys.executable, "-m", "dpmed.preflight.probe", str(tmp_path / "spec.json"),
+    subprocess.run([sys.executable, "-m", "dpmed.preflight.study", str(tmp_path / "spec.json"),
                     str(tmp_path / "result.json")], check=True, capture_output=True)  # fmt: skip
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["status"] == "error"

@@ -22,19 +22,17 @@ from conftest import REPO, run_snakemake
 from dpmed import job_cost
 from dpmed.config.checks import check_config, load_configs
 from dpmed.config.wildcards import parse_eps
-from dpmed.preflight.calibrate import calibrate
-from dpmed.preflight.cells import (
+from dpmed.preflight.report import NO_GPU, cost_frame, cost_points, measured_seconds
+from dpmed.preflight.run import (
     distinct_cells,
+    main,
     nearest,
-    probe_key,
+    preflight_mode,
+    projected,
     sample_cells,
-    study_rules,
+    write_cell,
 )
-from dpmed.preflight.cost import measured_seconds
-from dpmed.preflight.points import cost_points
-from dpmed.preflight.probe import run_probe
-from dpmed.preflight.report import NO_GPU, cost_frame
-from dpmed.preflight.run import main, preflight_mode, projected, write_cell
+from dpmed.preflight.study import calibrate, probe_key, run_probe, study_rules
 from dpmed.privacy import accounting
 
 SCHEMA = REPO / "config" / "schema.yaml"
@@ -269,8 +267,8 @@ def test_cost_frame_totals_and_unknown_gpu():
 def test_cells_without_the_attack_are_not_priced_for_it():
     """A block with `attack: false` runs no seg_attack job: neither the cost table nor the
     preflight rows count one for its cells."""
-    from dpmed.preflight.calibrate import Calibration
     from dpmed.preflight.run import cell_rows
+    from dpmed.preflight.study import Calibration
 
     config = _small_config()
     config["seg"]["grid"].append(config["seg"]["grid"][0] | {"models": ["unet"], "seeds": [2],
@@ -432,8 +430,8 @@ def test_peak_over_the_request_fails_training_but_not_the_shared_attack_peak():
     """A training peak above its request (with the 1.2 margin) is an error; the seg attack,
     probed in the same child, is only marked unknown by training's peak."""
     from dpmed.job_cost import request
-    from dpmed.preflight.calibrate import Calibration
     from dpmed.preflight.run import FIT_MARGIN, cell_rows
+    from dpmed.preflight.study import Calibration
 
     config = _small_config()
     cell = distinct_cells(_grid(config), ["seg"])[0]
@@ -457,9 +455,9 @@ def test_predictions_are_labelled_predicted_and_sit_beside_the_measurement():
     names its model (the job-cost model or the preflight's projection); the job-cost model's
     peak is the column right after the probe's measured peak, and equals the model's own."""
     from dpmed.job_cost import features, predict
-    from dpmed.preflight.calibrate import Calibration
     from dpmed.preflight.report import labelled
     from dpmed.preflight.run import cell_rows
+    from dpmed.preflight.study import Calibration
 
     config = _small_config()
     cells = distinct_cells(_grid(config), ["seg"])

@@ -12,7 +12,7 @@ import pytest
 from scipy.special import expit
 from scipy.stats import binom
 
-from dpmed.privacy.audit import (
+from dpmed.privacy.audit.bound import (
     audit_from_scores,
     best_audit,
     binomial_tail,

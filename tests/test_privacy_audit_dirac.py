@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from dpmed.privacy import accounting
-from dpmed.privacy.audit import best_audit
+from dpmed.privacy.audit.bound import best_audit
 from dpmed.privacy.audit.dirac import DiracCanaries, flat_parameters
 from dpmed.privacy.clipping import ClipRule, private_rules
 from dpmed.privacy.dpsgd import (

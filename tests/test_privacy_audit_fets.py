@@ -14,6 +14,7 @@ import pytest
 import torch
 import yaml
 from conftest import REPO
+from test_fets_aggregation import rows
 
 from dpmed.audit import AUDIT_FILE, audit_cell, main
 from dpmed.data import fets
@@ -24,7 +25,6 @@ from dpmed.fets.aggregators import RULES
 from dpmed.fets.audit import AuditServer, UpdateCanaries
 from dpmed.fets.audit import audit_cell as audit_fets_cell
 from dpmed.fets.grid import server_config
-from dpmed.fets.round_tensors import RoundTensors
 from dpmed.fets.server import Server, ServerConfig
 from dpmed.privacy.normals import NormalSource
 from dpmed.runtime import JobContext
@@ -94,9 +94,9 @@ def test_scaled_noise_scales_the_servers_draws():
     updates = np.zeros((4, 5), dtype=np.float32)
     assert issubclass(AuditServer, Server)  # the real server, its generator scaled
     ones = np.ones(4)
-    plain = sound_release(RULES["fedavg"], RoundTensors.rows(updates), ones, 1.0, 2.0,
+    plain = sound_release(RULES["fedavg"], rows(updates), ones, 1.0, 2.0,
                           NormalSource(5))[0][""]  # fmt: skip
-    quiet = sound_release(RULES["fedavg"], RoundTensors.rows(updates), ones, 1.0, 2.0,
+    quiet = sound_release(RULES["fedavg"], rows(updates), ones, 1.0, 2.0,
                           NormalSource(5).scaled(0.0))[0][""]  # fmt: skip
     assert np.abs(plain).sum() > 0 and not quiet.any()
     server = AuditServer(

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from dpmed.report.privacy_utility import figure, points
-from dpmed.seg.report.privacy_utility import privacy_utility_report as seg_report
-from dpmed.seg.report.privacy_utility import utility_runs as seg_utility_runs
+from dpmed.seg.report.main import privacy_utility_report as seg_report
+from dpmed.seg.report.main import utility_runs as seg_utility_runs
 from dpmed.xcal.report import privacy_utility_report as xcal_report
 
 # Two-sided 95 % Student-t quantiles t(0.975, n - 1) from a table, n = 2 and 3.

@@ -179,7 +179,7 @@ def test_server_one_bad_collaborator(mode, bad, caplog):
         assert (r.collaborator, r.tensor) == (BAD_COL, BAD_TENSOR)
         _assert_logged(caplog)
     if dpmode == "sound":  # σ is calibrated for all m = 3 chosen collaborators
-        assert mech.delta_f == cfg.mode.sensitivity(c, 3)
+        assert mech.delta_f == cfg.mode.rule.sensitivity(c, 3)
 
 
 @pytest.mark.parametrize("aggregator", ["fedavg", "simagg"])
@@ -208,7 +208,7 @@ def test_privacy_json_counts_rejected_updates():
 def _rows(value: float) -> rt.RoundTensors:
     updates = np.random.default_rng(1).standard_normal((3, 8))
     updates[1, 4] = value
-    return rt.RoundTensors.rows(updates)
+    return rt.RoundTensors({"": rt.TensorGroup.of(list(updates))})
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf], ids=["nan", "inf"])

@@ -100,7 +100,7 @@ def _write_cell(path: Path) -> None:
 
 
 def _write_result(path: Path) -> None:
-    from dpmed.preflight import probe
+    from dpmed.preflight import study as probe
 
     spec = path.parent / "spec.json"
     if not spec.exists():

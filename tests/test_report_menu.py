@@ -1,4 +1,4 @@
-"""Where results go in the Snakemake report (dpmed.report.menu, rules/common.smk `reported`):
+"""Where results go in the Snakemake report (dpmed.report.outputs, rules/common.smk `reported`):
 every table as an inline HTML twin of its CSV, menu entries in numeric order (checked in the
 browser's collation through Node where it is installed), and the privacy summary's report item
 an HTML table of its runs."""
@@ -16,9 +16,8 @@ import pytest
 from conftest import SMOKE_CONFIG, loaded_workflow
 
 from dpmed.privacy.record import PrivacyRecord
-from dpmed.report.menu import menu_name, report_item
-from dpmed.report.outputs import TABLE_EXTS
-from dpmed.report.privacy_summary import privacy_summary
+from dpmed.report.outputs import TABLE_EXTS, menu_name, report_item
+from dpmed.report.privacy_summary import write_privacy_summary
 from dpmed.report.style import write_table
 
 # Every kind of label the studies use, in the order the menu must show them.
@@ -174,7 +173,7 @@ def test_privacy_summary_is_reported_as_an_html_table(tmp_path):
         _record(eps).write(path, "duke")
         paths.append(path)
     out = tmp_path / f"{stem}.csv"
-    write_table(privacy_summary(paths), out)  # what workflow/scripts/privacy_summary.py does
+    write_privacy_summary(paths, [], out)  # what the rule privacy_summary does
     page = (tmp_path / f"{stem}.html").read_text()
     assert "<table" in page
     rows = cells(page)

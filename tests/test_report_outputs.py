@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 from conftest import SMOKE_CONFIG, loaded_workflow
 
-from dpmed.report.menu import menu_name
-from dpmed.report.outputs import ReportOutput
+from dpmed.report.outputs import ReportOutput, menu_name
 from dpmed.seg import outputs as seg_spec
 
 

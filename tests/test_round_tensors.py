@@ -69,7 +69,7 @@ def test_norms_show_non_finite_entries_and_float64_overflow(small_blocks, dtype)
     x[0, 3], x[1, 17], x[3, 9] = np.nan, -np.inf, 1e20
     if dtype == np.float64:
         x[2, 0] = 1e200
-    sq = rt.RoundTensors.rows(x).sq_norms[:, 0]
+    sq = rt.RoundTensors({"": rt.TensorGroup.of(list(x))}).sq_norms[:, 0]
     assert np.isnan(sq[0]) and sq[1] == np.inf
     assert sq[2] == (np.inf if dtype == np.float64 else 20.0)
     assert sq[3] == pytest.approx(float(dtype(1e20)) ** 2 + 19, rel=1e-12)

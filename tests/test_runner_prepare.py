@@ -21,8 +21,7 @@ from dpmed.fets import run as fets_run
 from dpmed.fets.collaborator import state_to_numpy
 from dpmed.fets.probe import write_fets
 from dpmed.fets.server import Server
-from dpmed.preflight.probe import run_probe
-from dpmed.preflight.study import StudyProbe, study_probe
+from dpmed.preflight.study import StudyProbe, run_probe, study_probe
 from dpmed.runtime import JobContext
 from dpmed.seg import run as seg_run
 from dpmed.studies import STUDIES
@@ -140,7 +139,7 @@ def test_a_prepared_seg_job_steps_to_the_runs_weights(duke, tmp_path):
 def test_a_prepared_xcal_job_steps_to_the_runs_weights(blood, tmp_path):
     """One round of the prepared federation through `train_round` ends with the run's weights."""
     xcal_run.run(job(blood, tmp_path / "run", XCAL_WC, XCAL))
-    fed = xcal_fed.prepare(job(blood, tmp_path / "prepared", XCAL_WC, XCAL)).federation
+    fed = xcal_fed.prepare(job(blood, tmp_path / "prepared", XCAL_WC, XCAL))[1]
     history = xcal_fed.TrainState.start(fed.net)
     xcal_fed.train_round(fed, history, road_due=False)
     assert same_state(fed.net.state_dict(), saved_state(tmp_path / "run"))

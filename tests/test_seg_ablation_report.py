@@ -14,7 +14,7 @@ from scipy import stats
 
 import dpmed.seg.report.adaptive as seg_adaptive
 from dpmed.report.style import write_table
-from dpmed.seg.morph_log import MORPH_COLUMNS
+from dpmed.seg.diagnostics import MORPH_COLUMNS
 from dpmed.seg.report.ablation import lr_clip_figure, quantile_table
 from dpmed.seg.report.adaptive import OPERATION_COLOR, adaptive_figure, layer_figure
 

@@ -18,7 +18,7 @@ from torch.utils.data import TensorDataset
 from dpmed.models import build_model
 from dpmed.privacy.clipping import ClipRule, private_rules
 from dpmed.privacy.dpsgd import ScaledPrivacyEngine
-from dpmed.seg.alignment import ALIGNMENT_COLUMNS
+from dpmed.seg.diagnostics import ALIGNMENT_COLUMNS
 from dpmed.seg.losses import per_sample_loss
 from dpmed.seg.report.alignment import alignment_figure
 

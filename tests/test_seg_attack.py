@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,12 +17,11 @@ from test_seg_train import job, train
 
 from dpmed.io import write_json, write_npz
 from dpmed.metrics import membership as mi
-from dpmed.models import build_model, save_model
+from dpmed.models import build_model, load_model, save_model
 from dpmed.report.intervals import bootstrap_interval, seed_bootstrap_interval
 from dpmed.seg.attack import run_attack
 from dpmed.seg.data import load_seg_data
 from dpmed.seg.evaluate import morph_output
-from dpmed.seg.inference import load_run_model
 from dpmed.seg.losses import per_sample_loss
 from dpmed.seg.morphology import parse_morph
 from dpmed.seg.report.attack import (
@@ -152,7 +152,7 @@ def _processed(folder, n_classes: int) -> str:
 def _independent_losses(run_dir, processed, dataset, morph, batch):
     """Per-image losses of the held-out images, recomputed here from the saved model."""
     data = load_seg_data(processed, dataset)
-    net = load_run_model(run_dir, "cpu")
+    net = load_model(Path(run_dir) / "model.pt")
     spec = parse_morph(morph, (20.0, 85.0))
     losses = []
     with torch.no_grad():

@@ -94,7 +94,7 @@ def test_each_chunk_runs_its_forward_after_the_previous_backward():
     dp.module.clipped_sum = logged
     state = seg_run.TrainState()
     spec = seg_run.parse_morph("none", (20, 85))
-    dp.backward_chunks(seg_run._chunk_losses(dp.module, spec, state, x, y, 2, 1.0))
+    dp.backward_chunks(seg_run._chunk_losses(dp.module, spec, state, x, y, 2, 1.0, []))
     assert events == ["forward", "backward"] * 3
 
 

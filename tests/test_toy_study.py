@@ -198,7 +198,7 @@ def test_a_study_without_its_optional_parts_is_sized_probed_and_audited_nowhere(
     layer that looks for those parts passes it by instead of failing."""
     import dpmed
     from dpmed.audit import audited_studies
-    from dpmed.preflight.cells import study_rules
+    from dpmed.preflight.study import study_rules
     from dpmed.sizing import sized_rules, study_sizing
     from dpmed.studies import STUDIES, part_module, study_part
 

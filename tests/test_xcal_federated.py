@@ -160,7 +160,7 @@ def test_private_runs_stay_within_the_target_and_write_every_output(small, tmp_p
 
 
 def _dies_in_round_two(monkeypatch) -> None:
-    original, calls = xcal_fed.xcal_eval.test_metrics, {"n": 0}
+    original, calls = xcal_fed.xcal_eval.Evaluation.scores, {"n": 0}
 
     def dies(*args, **kwargs):
         calls["n"] += 1
@@ -168,7 +168,7 @@ def _dies_in_round_two(monkeypatch) -> None:
             raise KeyboardInterrupt("killed")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(xcal_fed.xcal_eval, "test_metrics", dies)
+    monkeypatch.setattr(xcal_fed.xcal_eval.Evaluation, "scores", dies)
 
 
 def test_a_killed_run_resumes_to_the_same_result(small, tmp_path, monkeypatch):

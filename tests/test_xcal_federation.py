@@ -67,7 +67,7 @@ def test_init_partition_and_schedule_come_from_the_seed_blocks_common_seeds(data
 
 def test_methods_and_eps_of_a_block_share_init_partition_and_schedule(data, tmp_path):
     jobs = [_job(data, tmp_path / m, m, e) for m, e in [("xcal", "4"), ("static", "2")]]
-    feds = [federation.prepare(job).federation for job in jobs]
+    feds = [federation.prepare(job)[1] for job in jobs]
     first, second = feds
     for name, tensor in first.net.state_dict().items():
         assert torch.equal(second.net.state_dict()[name], tensor), name
@@ -94,7 +94,7 @@ class Counting:
 
 @pytest.mark.parametrize(("method", "limit"), itertools.product(["static", "xcal"], [None, 1]))
 def test_a_client_asks_its_method_once_per_step_and_stops_on_none(data, tmp_path, method, limit):
-    fed = federation.prepare(_job(data, tmp_path, method)).federation
+    fed = federation.prepare(_job(data, tmp_path, method))[1]
     client: Client = fed.clients[0]
     counting = Counting(fed.method, limit)
     client.account.method = counting
@@ -111,7 +111,7 @@ def test_a_client_asks_its_method_once_per_step_and_stops_on_none(data, tmp_path
 
 def test_the_flower_servers_view_is_an_account_with_the_clients_epsilon(data, tmp_path):
     job = _job(data, tmp_path)
-    fed = federation.prepare(job).federation
+    fed = federation.prepare(job)[1]
     client = fed.clients[1]
     view = ledger_view(job, 1, client.account.n, fed)
     assert type(view) is ClientAccount

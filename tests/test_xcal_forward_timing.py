@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dpmed.xcal import forward_timing as timing
+from dpmed.xcal import run as timing
 
 
 def test_pair_seconds_times_two_inference_mode_forward_passes():

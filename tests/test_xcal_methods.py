@@ -29,7 +29,6 @@ from dpmed.xcal.methods import (
     Method,
     method_rank,
     method_regex,
-    required_preset,
     resolve,
     split_method,
 )
@@ -129,8 +128,8 @@ def test_method_names_presets_and_report_order():
     assert split_method("xcal-logit") == ("xcal", "logit")
     assert split_method("agp") == ("agp", None)
     assert split_method("agp-dp") == ("agp-dp", None)  # a registered name, not agp + preset
-    assert required_preset("xcal-margin") == "margin" and required_preset("static") is None
-    assert required_preset("agp-dp") is None
+    assert split_method("xcal-margin")[1] == "margin" and split_method("static")[1] is None
+    assert split_method("agp-dp")[1] is None
     with pytest.raises(ValueError, match="takes no preset"):
         split_method("static-logit")
     with pytest.raises(ValueError, match="takes no preset"):

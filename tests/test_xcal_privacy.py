@@ -4,6 +4,7 @@ paper's reading `agp` and the sound `agp-dp`)."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -25,7 +26,7 @@ from dpmed.privacy.dpsgd import (
     trainable,
 )
 from dpmed.privacy.dpsgd import wrap_per_sample as wrap
-from dpmed.xcal.agp import channel_noise_std, spatial_noise_std
+from dpmed.xcal.methods import METHODS
 
 
 @pytest.mark.parametrize(("sigma", "q", "steps"), [(1.1, 0.01, 300), (0.8, 0.1, 40), (3.0, 1.0, 5)])
@@ -199,6 +200,12 @@ def _hand_protected(weight: list[list[float]], share: float) -> set[int]:
     return set(sorted(range(len(norms)), key=lambda i: -norms[i])[:k])
 
 
+def _agp_std(method: str, global_state: dict, module: nn.Module, sigma_ref: float, **params):
+    """The noise std `method`'s round gives each channel (`Method.round_noise`)."""
+    account = SimpleNamespace(params=params, state=SimpleNamespace(sigma_ref=sigma_ref))
+    return METHODS[method].round_noise(account, module, global_state)
+
+
 def test_agp_puts_fixed_noise_only_outside_the_protected_channels():
     """Paper 001's AGP: one magnitude σ·C on every channel but the top q share by weight norm
     of the global model, which gets none; a conv tensor ranks its output channels over all of
@@ -211,7 +218,7 @@ def test_agp_puts_fixed_noise_only_outside_the_protected_channels():
     bias = [[0.3], [-2.0], [0.1]]
     state = {"conv": torch.tensor(conv), "bias": torch.tensor(bias)[:, 0]}
     params = {"conv": nn.Parameter(torch.zeros(7, 2, 3, 3)), "bias": nn.Parameter(torch.zeros(3))}
-    std = spatial_noise_std(state, params, sigma=1.7, top_q=0.3, clip_norm=0.5)
+    std = _agp_std("agp", state, nn.ParameterDict(params), 1.7, top_q=0.3, clip_norm=0.5)
     for name, rows in (("conv", conv.reshape(7, -1).tolist()), ("bias", bias)):
         protected = _hand_protected(rows, 0.3)  # conv: ceil(2.1) = 3 rows; bias: ceil(0.9) = 1
         expected = [0.0 if i in protected else 1.7 * 0.5 for i in range(len(rows))]
@@ -227,7 +234,7 @@ def test_agp_step_leaves_the_protected_channels_noise_free():
         net.weight.copy_(torch.tensor([0.01, 1.0, 0.02, 0.03])[:, None] * torch.ones(4, 400))
     gsm = wrap(net, "hooks")
     before = net.weight.detach().clone()
-    std = spatial_noise_std({"weight": before}, trainable(gsm), 2.0, top_q=0.25, clip_norm=1.0)
+    std = _agp_std("agp", {"weight": before}, gsm, 2.0, top_q=0.25, clip_norm=1.0)
     opt = torch.optim.SGD(gsm.parameters(), lr=1.0)
     zero = {"weight": torch.zeros(4, 400)}
     noisy_step(gsm, opt, zero, std, expected_batch=1.0, generator=torch.Generator().manual_seed(0))
@@ -239,9 +246,8 @@ def test_agp_step_leaves_the_protected_channels_noise_free():
 def test_agp_dp_gives_sigma_ref_to_the_top_channels_and_more_noise_elsewhere():
     weight = torch.tensor([[3.0, 0.0], [0.1, 0.1], [0.0, 2.0], [0.5, 0.0], [0.2, 0.2]])
     params = {"w": nn.Parameter(torch.zeros(5, 2))}
-    std = channel_noise_std(
-        {"w": weight}, params, sigma_ref=2.0, band=0.2, top_q=0.4, clip_norm=0.5
-    )
+    std = _agp_std("agp-dp", {"w": weight}, nn.ParameterDict(params), 2.0, band=0.2, top_q=0.4,
+                   clip_norm=0.5)  # fmt: skip
     expected = torch.tensor([1.0, 1.2, 1.0, 1.2, 1.2])  # top 2 of 5 by row norm: rows 0 and 2
     torch.testing.assert_close(std["w"], expected)
     assert float(std["w"].min()) == pytest.approx(2.0 * 0.5)  # accounted σ is the smallest

@@ -3,11 +3,9 @@
 By default glibc serves every allocation above its mmap threshold (at most 32 MiB) with a
 fresh `mmap` and unmaps it on free, so every large CPU tensor of every training step
 (activations, output gradients, per-sample gradients) is new memory whose pages fault in, and
-are zeroed by the kernel, on first touch. A DP step allocates more such tensors than a
-non-private one, so this cost fell mostly on it: on the 2-core test machine, at the paper's
-seg size (UNet, 224² batch 8), `bench/dp_step.py` measured the book-keeping DP step at 1.35×
-the non-private step with 32 s of system time; with the settings below, at 1.02× with 3 s.
-That is what jemalloc or tcmalloc do for PyTorch on CPU, without preloading a library.
+are zeroed by the kernel, on first touch; a DP step allocates more such tensors than a
+non-private one (`bench/dp_step.py` times both). Reusing freed memory is what jemalloc or
+tcmalloc do for PyTorch on CPU, without preloading a library.
 
 `keep_freed_memory` makes glibc serve large allocations from its heap and never return freed
 heap memory to the OS, so one step's freed memory is reused by the next. The settings are

@@ -4,12 +4,10 @@
 Snakemake (pinned 9.27.1) measures a job whose rule has a `benchmark:` file by sampling the
 job's process tree: at its start, then every `BENCHMARK_INTERVAL_SHORT` (0.5 s) for 30
 samples, then every 30 s. Each sample reads /proc/<pid>/smaps_rollup (psutil's
-`memory_full_info`), which walks the job's page tables under its memory-map lock: 5–20 ms of
-kernel time in the Snakemake process per sample of a job that has imported torch, and stalls
-in the job itself while it allocates. Cluster jobs run for hours, so the first 15 s cost nothing
-there; the demo's jobs mostly run under 30 s, and the 0.5 s sampling slowed the whole demo by
-almost a quarter (docs/demo.md). A longer interval samples a short job's memory fewer times, so
-its benchmark's `max_rss` can miss a short peak.
+`memory_full_info`), which walks the job's page tables under its memory-map lock: kernel time
+in the Snakemake process per sample, and stalls in the job itself while it allocates. That is
+nothing beside a cluster job of hours, but much of a demo job of seconds. A longer interval
+samples a short job's memory fewer times, so its benchmark's `max_rss` can miss a short peak.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import json
 import pickle
 import random
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,6 @@ import dpmed
 from dpmed.io import atomic_path, remove_folder_temporaries
 
 CHECKPOINT = "checkpoint.pt"
-_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -64,35 +63,25 @@ class JobIdentity:
 def job_identity(
     study: str, processed_dir: Path, wildcards: Mapping, params: Mapping, seed: int
 ) -> JobIdentity:
-    """The identity of one job of `study` reading `processed_dir`."""
+    """The identity of one job of `study` reading `processed_dir`: sha256 of the job as
+    key-sorted JSON, of every file below the data folder, and `code_version`."""
+    job = {"wildcards": dict(wildcards), "params": dict(params), "seed": seed}
+    data = Path(processed_dir)
     return JobIdentity(
-        job=digest_json({"wildcards": dict(wildcards), "params": dict(params), "seed": seed}),
-        data=folder_digest(processed_dir),
+        job=hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest(),
+        data=files_digest(data, [p for p in data.rglob("*") if p.is_file()]),
         code=code_version(study),
     )
 
 
-def digest_json(value: Any) -> str:
-    """sha256 of `value` as key-sorted JSON."""
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
-
-
-def folder_digest(folder: str | Path) -> str:
-    """sha256 over every file below `folder`: relative path and content hash, in path order."""
-    root = Path(folder)
+def files_digest(root: Path, paths: Iterable[Path]) -> str:
+    """sha256 over `paths` (files below `root`): relative path and content hash, in path order."""
     total = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        total.update(f"{path.relative_to(root).as_posix()}\0{file_digest(path)}\n".encode())
+    for path in sorted(paths):
+        with open(path, "rb") as handle:
+            content = hashlib.file_digest(handle, "sha256").hexdigest()
+        total.update(f"{path.relative_to(root).as_posix()}\0{content}\n".encode())
     return total.hexdigest()
-
-
-def file_digest(path: Path) -> str:
-    """sha256 of one file's bytes, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @functools.cache
@@ -101,11 +90,8 @@ def code_version(study: str) -> str:
     (every module of `dpmed` outside the other studies' packages)."""
     root = Path(dpmed.__file__).parent
     others = {p.parent.name for p in root.glob("*/spec.py")} - {study}
-    sources = sorted(p for p in root.rglob("*.py") if p.relative_to(root).parts[0] not in others)
-    digest = hashlib.sha256()
-    for path in sources:
-        digest.update(f"{path.relative_to(root).as_posix()}\0{file_digest(path)}\n".encode())
-    return f"{dpmed.__version__}+{digest.hexdigest()[:12]}"
+    sources = [p for p in root.rglob("*.py") if p.relative_to(root).parts[0] not in others]
+    return f"{dpmed.__version__}+{files_digest(root, sources)[:12]}"
 
 
 def rng_state() -> dict[str, Any]:

@@ -369,16 +369,16 @@ class LaunchRecord:
 
 
 @contextmanager
-def launching(work: Path, jobs: Sequence[str], keep: Sequence[str] = ()) -> Iterator[LaunchRecord]:
+def launching(work: Path, jobs: Sequence[str]) -> Iterator[LaunchRecord]:
     """One launch in the folder `work`: hold its lock (a second launch stops before touching
     it), turn SIGTERM/SIGINT into `Terminated`, remove what a previous launch left in `work`
-    (all but the lock and the names in `keep`) and keep its record `work`/processes.json for
+    (all but the lock) and keep its record `work`/processes.json for
     `jobs`: written at once, the exception that ends the block recorded, and on exit every
     process stopped and the final record written."""
     work = Path(work).resolve()
     with launch_lock(work), terminated_by_signals():
         for stale in work.iterdir():
-            if stale.name in (".lock", *keep):
+            if stale.name == ".lock":
                 continue
             shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
         record = LaunchRecord(work / "processes.json", list(jobs))

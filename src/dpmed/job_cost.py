@@ -53,7 +53,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpmed.sizing import RuleSizing, Work, sized_rules, study_sizing
+from dpmed.sizing import RuleSizing, sized_rules, study_sizing
 
 if TYPE_CHECKING:
     from dpmed.config.grid import Grid
@@ -94,14 +94,6 @@ def rule_sizing(rule: str) -> RuleSizing:
     return study_sizing(sized_rules()[rule]).rules[rule]
 
 
-def work(
-    rule: str, data: Mapping[str, Any], wildcards: Mapping[str, str], hp: Mapping[str, Any]
-) -> dict[str, Work]:
-    """unit → `Work` of one job of `rule` (its counts from the config's `data` section and its
-    hyperparameters)."""
-    return rule_sizing(rule).work(data, wildcards, hp)
-
-
 def features(
     rule: str, config: Mapping[str, Any], wildcards: Mapping[str, str], hp: Mapping[str, Any]
 ) -> tuple[dict[str, float], dict[str, float]]:
@@ -109,12 +101,12 @@ def features(
     coefficient prices, Σ count × size over the job's units of that term, a unit's count
     (`count_<unit>`: what one unit costs whatever its size, the whole cost of a small job's
     step), or `const`."""
-    data = config["data"]
+    data, sizing = config["data"], rule_sizing(rule)
     time = {"const": 1.0}
-    for name, unit in work(rule, data, wildcards, hp).items():
+    for name, unit in sizing.work(data, wildcards, hp).items():
         time[unit.term] = time.get(unit.term, 0.0) + unit.count * unit.size
         time[f"count_{name}"] = unit.count
-    return rule_sizing(rule).memory(data, wildcards, hp), time
+    return sizing.memory(data, wildcards, hp), time
 
 
 @cache

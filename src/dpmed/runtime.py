@@ -29,7 +29,7 @@ from dpmed.allocator import keep_freed_memory
 from dpmed.checkpoint import CHECKPOINT, Checkpoint, job_identity
 from dpmed.io import write_json
 
-# The run folder's record of what the job ran with (`run_config`).
+# The run folder's record of what the job ran with (`JobContext.write_config`).
 RUN_CONFIG = "config.json"
 # cuBLAS reserves fixed workspaces with this setting, so its GEMMs are reproducible (NVIDIA's
 # cuBLAS docs, "Results reproducibility"); PyTorch refuses CUDA matmuls in deterministic mode
@@ -113,30 +113,26 @@ class JobContext:
         return select_device(self.device)
 
     def write_config(self, study: str, device: torch.device) -> dict[str, Any]:
-        """Write `config.json` into the run folder (`run_config`); returns its content."""
-        record = run_config(self, study, device)
+        """Write `config.json` into the run folder and return it: what the job ran with (study,
+        wildcards, seed, every resolved hyperparameter, the device asked for and the one used,
+        CPU threads and the dpmed/torch/CUDA versions). No timestamps or host names, so a rerun
+        of one config on one machine writes the same bytes; the device used and the versions
+        belong to the record (a CUDA run does not give a CPU run's numbers)."""
+        record = {
+            "study": study,
+            "wildcards": dict(self.wildcards),
+            "seed": int(self.seed),
+            "hyperparameters": dict(self.params),
+            "device": {"requested": self.device, "used": str(device)},
+            "threads": self.threads,
+            "versions": {
+                "dpmed": dpmed.__version__,
+                "torch": torch.__version__,
+                "cuda": torch.version.cuda,
+            },
+        }
         write_json(Path(self.out_dir) / RUN_CONFIG, record)
         return record
-
-
-def run_config(job: JobContext, study: str, device: torch.device) -> dict[str, Any]:
-    """What a job ran with: study, wildcards, seed, every resolved hyperparameter, the device
-    asked for and the one used, CPU threads and the dpmed/torch/CUDA versions. No timestamps or
-    host names, so a rerun of one config on one machine writes the same bytes; the device used
-    and the versions belong to the record (a CUDA run does not give a CPU run's numbers)."""
-    return {
-        "study": study,
-        "wildcards": dict(job.wildcards),
-        "seed": int(job.seed),
-        "hyperparameters": dict(job.params),
-        "device": {"requested": job.device, "used": str(device)},
-        "threads": job.threads,
-        "versions": {
-            "dpmed": dpmed.__version__,
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
-        },
-    }
 
 
 def job_from_snakemake(smk: Any) -> JobContext:

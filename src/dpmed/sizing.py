@@ -44,10 +44,6 @@ class Work:
     per: str = ""
 
 
-def _all_jobs(jobs: Sequence[Any]) -> list[Any]:
-    return list(jobs)
-
-
 @dataclass(frozen=True)
 class RuleSizing:
     """One rule's sizing.
@@ -63,7 +59,7 @@ class RuleSizing:
     memory: Sizer
     work: Sizer
     step: str
-    runs: Callable[[Sequence[Any]], list[Any]] = _all_jobs
+    runs: Callable[[Sequence[Any]], list[Any]] = list
 
 
 @dataclass(frozen=True)
@@ -73,7 +69,7 @@ class StudySizing:
     Args:
         rules: rule name → `RuleSizing`, in the order a cell's rules are priced.
         shape_key: (wildcards, params) → the key of jobs that build the same tensors and run
-            the same code (they cost the same per step; `dpmed.preflight.cells`).
+            the same code (they cost the same per step; `dpmed.preflight.run.distinct_cells`).
         probe_key: shape key → the key of cells one probe measures (cells that differ only in
             scalars of the same computation).
         cost_features: (shape key, params) → what a cell's cost per step depends on, most
@@ -110,11 +106,7 @@ def study_sizing(study: str) -> StudySizing:
     use); a study without one sizes no rules."""
     from dpmed.studies import study_part
 
-    return study_part(study, "sizing", "SIZING") or StudySizing({}, *(_unsized,) * 4)
-
-
-def _unsized(*args: Any) -> tuple:
-    return ()
+    return study_part(study, "sizing", "SIZING") or StudySizing({}, *(lambda *_: (),) * 4)
 
 
 def sized_rules() -> dict[str, str]:

@@ -25,34 +25,23 @@ TENSORBOARD_DIR = "tensorboard"
 
 
 class Tracker:
-    """Does nothing: the tracker of a run with `logging.tensorboard: false`."""
+    """Writes each row's finite numbers as TensorBoard scalars at step `row[step_key]`; without
+    a `writer` (a run with `logging.tensorboard: false`) it does nothing."""
 
-    def log(self, row: Mapping[str, Any]) -> None:
-        """Log one history row (ignored)."""
-
-
-class TensorBoardTracker(Tracker):
-    """Writes each row's finite numbers as TensorBoard scalars at step `row[step_key]`."""
-
-    def __init__(self, writer: Any, step_key: str) -> None:
+    def __init__(self, writer: Any = None, step_key: str = "") -> None:
         self.writer, self.step_key = writer, step_key
 
     def log(self, row: Mapping[str, Any]) -> None:
         """Add every finite numeric column of `row` (bar the step) and flush, so a running
         job's curves are readable at once."""
+        if self.writer is None:
+            return
         step = int(row[self.step_key])
         for tag, value in row.items():
-            if tag != self.step_key and _is_finite_number(value):
+            number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+            if tag != self.step_key and number and math.isfinite(float(value)):
                 self.writer.add_scalar(tag, float(value), step)
         self.writer.flush()
-
-
-def _is_finite_number(value: Any) -> bool:
-    return (
-        isinstance(value, numbers.Real)
-        and not isinstance(value, bool)
-        and math.isfinite(float(value))
-    )
 
 
 @contextmanager
@@ -87,6 +76,6 @@ def tracker(out_dir: str | Path, enabled: bool, step_key: str, start: int) -> It
         filename_suffix=f".from{start + 1}",
     )
     try:
-        yield TensorBoardTracker(writer, step_key)
+        yield Tracker(writer, step_key)
     finally:
         writer.close()

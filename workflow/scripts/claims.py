@@ -5,22 +5,22 @@ report front page); and results/measured/claims_measured (+ _cells, _pairs), the
 claims."""
 
 from dpmed.logs import log_to
-from dpmed.report.claims import claims_tables, study_claims, verdict_counts
+from dpmed.registry import resolve
+from dpmed.report.claims import claims_tables, verdict_counts
 from dpmed.report.style import SCALE, set_scale, write_table
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 with log_to(smk.log[0]):
+    # each study's (claims, observations): its reader ("module:function") called with its
+    # named input lists
     studies = {
-        study: study_claims(
-            reader,
-            {
-                key.removeprefix(f"{study}__"): list(files)
-                for key, files in smk.input.items()
-                if key.startswith(f"{study}__")
-            },
-        )
+        study: resolve(reader)(**{
+            key.removeprefix(f"{study}__"): list(files)
+            for key, files in smk.input.items()
+            if key.startswith(f"{study}__")
+        })
         for study, reader in smk.params.readers.items()
-    }
+    }  # fmt: skip
     tables = claims_tables(studies, smk.params.shown)
     set_scale(smk.config["data"])  # every verdict says the scale of the run it comes from
     for frame in (tables.claims, tables.measured):

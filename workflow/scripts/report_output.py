@@ -1,7 +1,8 @@
-"""Every generated table/figure rule (`dpmed.report.outputs`): call the writer `params.writer`
-names ("module:function") with the rule's named inputs (lists of paths; names starting with `_`
-are dependencies only), its named outputs (the first file of each, the .png or .csv: the writer
-adds the .pdf, or the .md and .html) and its other params."""
+"""Every table/figure rule with a `params.writer` (the generated ones of `dpmed.report.outputs`
+and the cross-study tables): call the writer it names ("module:function") with the rule's named
+inputs (lists of paths; names starting with `_` are dependencies only), its named outputs (the
+first file of each, the .png or .csv: the writer adds the .pdf, or the .md and .html) and its
+other params."""
 
 import dpmed.studies  # noqa: F401 (a study's package may register its datasets)
 from dpmed.logs import log_to

@@ -48,19 +48,13 @@ PARTIAL_HINT = (
 SHOWN_CHARS = 300
 
 
-def study_schema(study: str) -> dict[str, Any]:
-    """The `$defs` entries of a study's config section: schema.yaml of its package."""
-    schema = resources.files(f"dpmed.{study}").joinpath("schema.yaml")
-    return yaml.safe_load(schema.read_text(encoding="utf-8"))
-
-
 def load_schema(path: str | Path) -> dict[str, Any]:
     """The config schema at `path` with what the registries name put in, so a registered name
     is one registration: a `data.<name>` entry per registered dataset (its family's
-    `$defs/<family>_data`), each registered study's section (its own `$defs`, `study_schema`;
-    optional: an absent section is an empty grid), a `resources.<rule>` scale per sized rule, and
-    each study's `StudySpec.choices` (a grid list's items, else a `<study>_params` value: an
-    enum of the registered names, or the regex of a str)."""
+    `$defs/<family>_data`), each registered study's section (its own `$defs`, the schema.yaml
+    of its package; optional: an absent section is an empty grid), a `resources.<rule>` scale
+    per sized rule, and each study's `StudySpec.choices` (a grid list's items, else a
+    `<study>_params` value: an enum of the registered names, or the regex of a str)."""
     schema = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     properties = schema["properties"]
     properties["data"]["properties"] = {
@@ -70,7 +64,8 @@ def load_schema(path: str | Path) -> dict[str, Any]:
         {rule: {"$ref": "#/$defs/rule_scale"} for rule in sized_rules()}
     )
     for name, spec in STUDIES.items():
-        schema["$defs"].update(study_schema(name))
+        own = resources.files(f"dpmed.{name}").joinpath("schema.yaml")
+        schema["$defs"].update(yaml.safe_load(own.read_text(encoding="utf-8")))
         properties[name] = {"$ref": f"#/$defs/{name}"}
         grid = schema["$defs"][name]["properties"]["grid"]["items"]["properties"]
         params = schema["$defs"][f"{name}_params"]["properties"]
@@ -383,10 +378,16 @@ def load_configs(paths: Sequence[str | Path]) -> dict[str, Any]:
     return config
 
 
-def config_files(module: str, doc: str | None, argv: Sequence[str] | None) -> list[str]:
-    """The `FILE ...` arguments of `python -m <module>` (`argv`, default `sys.argv[1:]`),
-    merged as `--configfile` files, default config/config.yaml; `--help` prints `doc`."""
+def checked_configs(
+    module: str, doc: str | None, argv: Sequence[str] | None
+) -> tuple[list[str], dict[str, Any], Grid]:
+    """(the files, the config, its `Grid`) of a `python -m <module> [FILE ...]` command line
+    (`argv`, default `sys.argv[1:]`; the files merged as `--configfile`, default
+    config/config.yaml; `--help` prints `doc`), checked by `check_config`; a bad config exits
+    with its error (status 1)."""
     import argparse
+
+    from snakemake_interface_common.exceptions import WorkflowError
 
     parser = argparse.ArgumentParser(
         prog=f"python -m {module}",
@@ -394,18 +395,7 @@ def config_files(module: str, doc: str | None, argv: Sequence[str] | None) -> li
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("files", nargs="*", metavar="FILE", help="config files, merged in order")
-    files = parser.parse_args(argv).files
-    return files or [str(workflow_file("config/config.yaml"))]
-
-
-def checked_configs(
-    module: str, doc: str | None, argv: Sequence[str] | None
-) -> tuple[list[str], dict[str, Any], Grid]:
-    """(the files, the config, its `Grid`) of a `python -m <module> [FILE ...]` command line
-    (`config_files`), checked by `check_config`; a bad config exits with its error (status 1)."""
-    from snakemake_interface_common.exceptions import WorkflowError
-
-    paths = config_files(module, doc, argv)
+    paths = parser.parse_args(argv).files or [str(workflow_file("config/config.yaml"))]
     try:
         config = load_configs(paths)
         grid = check_config(config, workflow_file("config/schema.yaml"), paths)

@@ -16,18 +16,6 @@ Wildcards = tuple[tuple[str, str], ...]
 SweepResult = list[tuple[Wildcards, dict[str, Any]]] | str
 
 
-def _no_overrides(wildcards: Mapping[str, str]) -> dict[str, Any]:
-    return {}
-
-
-def _no_check(config: Mapping[str, Any], jobs: Sequence[Any]) -> None:
-    return None
-
-
-def _no_notes(jobs: Sequence[Any]) -> list[str]:
-    return []
-
-
 def param_sets(section: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     """A study section's defaults and every block's params override, with their key paths
     (`defaults`, `grid[2].params`), for checks that name the key at fault."""
@@ -112,10 +100,10 @@ class StudySpec:
     category: str
     targets: Callable[[Sequence[Any]], list[str]]
     sweep: Callable[[Wildcards, Mapping[str, Any], Mapping[str, Any]], SweepResult] | None = None
-    wildcard_params: Callable[[Mapping[str, str]], dict[str, Any]] = field(default=_no_overrides)
-    check: Callable[[Mapping[str, Any], Sequence[Any]], None] = field(default=_no_check)
+    wildcard_params: Callable[[Mapping[str, str]], dict[str, Any]] = lambda wildcards: {}
+    check: Callable[[Mapping[str, Any], Sequence[Any]], None] = lambda config, jobs: None
     reports: Mapping[str, Any] = field(default_factory=dict)
-    notes: Callable[[Sequence[Any]], list[str]] = field(default=_no_notes)
+    notes: Callable[[Sequence[Any]], list[str]] = lambda jobs: []
     switches: Mapping[str, bool] = field(default_factory=dict)
     paired: tuple[str, ...] = ("seed",)
     claims: Callable[[Sequence[Any]], Mapping[str, list[str]]] | None = None

@@ -34,11 +34,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from dpmed.data.image import resize_image, resize_mask, scale_to_unit
+from dpmed.data.common import CountRow, Panel, resize_image, resize_mask, scale_to_unit
 from dpmed.data.nifti import read_nifti
 from dpmed.data.npz import read_npz
 from dpmed.data.splits import split_subjects
-from dpmed.data.summary import CountRow, Panel
 from dpmed.errors import DataFormatError
 from dpmed.io import write_json, write_npz
 

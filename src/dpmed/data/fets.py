@@ -39,10 +39,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dpmed.data.image import scale_to_unit
+from dpmed.data.common import CountRow, Panel, scale_to_unit
 from dpmed.data.nifti import read_nifti
 from dpmed.data.splits import split_subjects
-from dpmed.data.summary import CountRow, Panel
 from dpmed.errors import DataFormatError
 from dpmed.io import atomic_dir, write_csv, write_json
 from dpmed.seeding import stable_seed

@@ -25,10 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from dpmed.data.medmnist_info import MedMNISTInfo
+from dpmed.data.common import CountRow, Panel
 from dpmed.data.npz import read_npz
-from dpmed.data.registry import DATASET_REGISTRY
-from dpmed.data.summary import CountRow, Panel
+from dpmed.data.registry import DATASET_REGISTRY, MedMNISTInfo
 from dpmed.errors import ConfigError, DataFormatError
 from dpmed.io import write_json, write_npz
 

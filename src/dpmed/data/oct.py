@@ -1,7 +1,7 @@
 """Duke and UMN DME OCT: validating loaders, preprocessing and the overview panel.
 
 Raw formats (read from any folder, synthetic or the real download; MATLAB v5
-and v7.3 files both work, see `dpmed.data.matfile`):
+and v7.3 files both work, `load_mat`):
 
 - duke: `Subject_*.mat` (Subject_01 … Subject_10), each with `images` (H×W×B, values 0–255),
   `manualLayers{g}` (8×W×B, 1-based row of each of the 8 Chiu boundaries ILM, RNFL/GCL,
@@ -45,22 +45,34 @@ Processed format (both datasets), written to `out_dir`:
   source_files (names relative to raw_dir), notes, size [H, W] and grader.
 
 Splits are subject-level: `split_subjects(subject_ids, cfg["split"], cfg["split_seed"])`.
+
+MATLAB files (`load_mat`): v5/v7 (MATLAB's default `save`) are read with `scipy.io.loadmat`,
+v7.3 (`save -v7.3`, HDF5 with a 512-byte MATLAB user block) with `h5py`, whose arrays are
+transposed back to MATLAB's dimension order and whose cell arrays (object references into
+`#refs#`) are dereferenced. Both give the same values for the same variable: numeric / logical
+arrays in MATLAB shape (never squeezed; logical as bool), cell arrays as a `list` of their
+elements in MATLAB linear (column-major) order, converted recursively, and char arrays as `str`
+(v7.3) or scipy's string array (v5; no loader relies on them). Only the requested variables are
+read, so a loader pays nothing for variables it does not use (a Duke subject holds two 186 MB
+fluid volumes, one per grader).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import struct
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import h5py
 import numpy as np
+import scipy.io
 
-from dpmed.data.image import resize_image, resize_mask
-from dpmed.data.matfile import load_mat
+from dpmed.data.common import CountRow, Panel, resize_image, resize_mask
 from dpmed.data.npz import read_npz
 from dpmed.data.splits import split_subjects
-from dpmed.data.summary import CountRow, Panel
 from dpmed.errors import ConfigError, DataFormatError
 from dpmed.io import write_json, write_npz
 
@@ -254,11 +266,6 @@ def read_umn(raw_dir: Path, grader: int) -> UmnCells:
     return UmnCells(path, fluid_name, volumes[: len(fluids)], fluids, dropped)
 
 
-def load_umn(raw_dir: Path, grader: int) -> Iterator[BScan]:
-    """Validate `UMNDataset.mat` and yield every annotated subject's B-scans with their masks."""
-    yield from read_umn(raw_dir, grader).bscans()
-
-
 def load_bscans(raw_dir: Path, dataset: str, grader: int) -> Iterator[BScan]:
     """All labelled B-scans of `dataset` in `raw_dir`, subject by subject."""
     classes_of(dataset)
@@ -266,7 +273,7 @@ def load_bscans(raw_dir: Path, dataset: str, grader: int) -> Iterator[BScan]:
         for path in duke_files(raw_dir):
             yield from load_duke_subject(path, grader)
     else:
-        yield from load_umn(raw_dir, grader)
+        yield from read_umn(raw_dir, grader).bscans()
 
 
 def source_files(raw_dir: Path, dataset: str) -> list[str]:
@@ -434,3 +441,126 @@ def overview_panels(processed_dir: Path) -> list[Panel]:
             break
     title = f"{meta['dataset']}: {arrays['subjects'][index]}, B-scan {int(arrays['bscans'][index])}"
     return [Panel(title, arrays["images"][index], arrays["masks"][index], class_names)]
+
+
+# ---------------------------------------------------------------- MATLAB files
+
+_MI_COMPRESSED = 15
+_HDF5_INTERNAL = ("#refs#", "#subsystem#")
+
+
+def load_mat(path: str | Path, required: Sequence[str]) -> dict[str, Any]:
+    """Read the variables `required` from the MATLAB file `path` (v5 or v7.3).
+
+    Returns {name: value} for exactly the required names (values as in the module docstring).
+    Raises DataFormatError naming the file when it is missing, unreadable or truncated, or when a
+    required variable is absent (the message lists the variables that are present).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataFormatError(path, "file not found")
+    required = list(required)
+    if h5py.is_hdf5(path):
+        return _load_v73(path, required)
+    return _load_v5(path, required)
+
+
+def _missing_error(path: Path, missing: list[str], present: list[str]) -> DataFormatError:
+    listed = ", ".join(sorted(present)) if present else "none"
+    return DataFormatError(
+        path, f"missing MATLAB variable(s) {', '.join(missing)} (variables present: {listed})"
+    )
+
+
+def _load_v5(path: Path, required: list[str]) -> dict[str, Any]:
+    """Read a v4/v5/v7 file with scipy, after checking that it is not truncated."""
+    try:
+        major, _ = scipy.io.matlab.matfile_version(str(path))
+        if major == 1:
+            _check_v5_complete(path)
+        raw = scipy.io.loadmat(str(path), variable_names=required, squeeze_me=False)
+    except DataFormatError:
+        raise
+    except Exception as exc:  # scipy raises many types (ValueError, OSError, zlib.error, …)
+        raise DataFormatError(path, f"not a readable MATLAB file ({exc})") from exc
+    missing = [name for name in required if name not in raw]
+    if missing:
+        try:
+            present = [name for name, _, _ in scipy.io.whosmat(str(path))]
+        except Exception as exc:
+            raise DataFormatError(path, f"not a readable MATLAB file ({exc})") from exc
+        raise _missing_error(path, missing, present)
+    return {name: _from_v5(raw[name]) for name in required}
+
+
+def _check_v5_complete(path: Path) -> None:
+    """Walk the top-level data-element tags of a v5 file; a tag pointing past the end of the
+    file means the file was truncated (scipy only notices when it reads that variable)."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        header = fh.read(128)
+        endian = "<" if header[126:128] == b"IM" else ">"
+        pos = 128
+        while pos < size:
+            fh.seek(pos)
+            tag = fh.read(8)
+            if len(tag) < 8:
+                raise DataFormatError(path, f"truncated MATLAB file (incomplete tag at byte {pos})")
+            mdtype, nbytes = struct.unpack(endian + "II", tag)
+            end = pos + 8 + nbytes
+            if mdtype != _MI_COMPRESSED:
+                end += -end % 8
+            if end > size:
+                raise DataFormatError(
+                    path, f"truncated MATLAB file (element at byte {pos} ends at {end} > {size})"
+                )
+            pos = end
+
+
+def _from_v5(value: Any) -> Any:
+    """Convert scipy's cell arrays (object arrays) to lists, recursively."""
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        return [_from_v5(item) for item in value.ravel(order="F")]
+    return value
+
+
+def _load_v73(path: Path, required: list[str]) -> dict[str, Any]:
+    """Read a v7.3 (HDF5) file with h5py."""
+    try:
+        with h5py.File(path, "r") as handle:
+            present = [key for key in handle.keys() if key not in _HDF5_INTERNAL]
+            missing = [name for name in required if name not in present]
+            if missing:
+                raise _missing_error(path, missing, present)
+            return {name: _from_hdf5(handle, handle[name]) for name in required}
+    except DataFormatError:
+        raise
+    except Exception as exc:  # h5py raises OSError/KeyError/ValueError on damaged files
+        raise DataFormatError(path, f"not a readable MATLAB v7.3 file ({exc})") from exc
+
+
+def _matlab_class(node: h5py.HLObject) -> str:
+    cls = node.attrs.get("MATLAB_class", b"")
+    return cls.decode() if isinstance(cls, bytes) else str(cls)
+
+
+def _from_hdf5(handle: h5py.File, node: h5py.HLObject) -> Any:
+    """Convert one HDF5 node written by MATLAB to MATLAB-ordered numpy values / lists / dicts."""
+    if isinstance(node, h5py.Group):  # a struct: one child per field
+        return {key: _from_hdf5(handle, child) for key, child in node.items()}
+    cls = _matlab_class(node)
+    if node.attrs.get("MATLAB_empty", 0):
+        return [] if cls == "cell" else np.zeros((0, 0))
+    data = node[()]
+    if h5py.check_dtype(ref=node.dtype) is not None:
+        # HDF5 shape is MATLAB's reversed, so C order here is MATLAB's column-major order.
+        return [_from_hdf5(handle, handle[ref]) for ref in np.asarray(data).ravel()]
+    data = np.asarray(data)
+    if data.dtype.names == ("real", "imag"):
+        data = data["real"] + 1j * data["imag"]
+    data = data.T
+    if cls == "char":
+        return "".join(chr(code) for code in data.ravel(order="F"))
+    if cls == "logical":
+        return data.astype(bool)
+    return data

@@ -15,14 +15,38 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from dpmed.data.medmnist_info import MedMNISTInfo
+import numpy as np
+
 from dpmed.registry import Registry
 
 ARRAY_FILES = ("train.npz", "val.npz", "test.npz", "meta.json")
-# The facts every dataset a study grid uses must have (`missing_facts`).
+# The facts every dataset a study grid uses must have (`DatasetEntry.missing`).
 FACTS = ("study", "n_classes", "channels", "images")
 # (all images, training images) of a dataset from its `data.<name>` config block.
 ImageCounts = Callable[[Mapping[str, Any]], tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class MedMNISTInfo:
+    """Facts of one MedMNIST flag: classes, channels, official split sizes and the official
+    number of TRAIN images per class (used as the class balance of the synthetic data)."""
+
+    flag: str
+    title: str
+    class_names: tuple[str, ...]
+    channels: int
+    split_sizes: tuple[int, int, int]
+    train_class_counts: tuple[int, ...]
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def train_proportions(self) -> np.ndarray:
+        """Official train class frequencies (n_classes,), summing to 1."""
+        counts = np.asarray(self.train_class_counts, dtype=np.float64)
+        return counts / counts.sum()
 
 
 @dataclass(frozen=True)
@@ -92,11 +116,6 @@ class DatasetEntry:
             "images": self.counts or self.split_unit,
         }
         return tuple(fact for fact in FACTS if known[fact] is None)
-
-
-def _medmnist_counts(cfg: Mapping[str, Any]) -> tuple[int, int]:
-    counts = cfg["synthetic"]["counts"]
-    return sum(counts), counts[0]
 
 
 def _fets_counts(cfg: Mapping[str, Any]) -> tuple[int, int]:
@@ -235,7 +254,7 @@ for _info, _item in (
             study="xcal",
             n_classes=_info.n_classes,
             channels=_info.channels,
-            counts=_medmnist_counts,
+            counts=lambda cfg: (sum(cfg["synthetic"]["counts"]), cfg["synthetic"]["counts"][0]),
             info=_info,
         ),
     )
@@ -246,11 +265,6 @@ DATASETS: tuple[str, ...] = DATASET_REGISTRY.names()
 def study_datasets(study: str) -> tuple[str, ...]:
     """The datasets registered for `study`, in registration order."""
     return tuple(n for n, entry in DATASET_REGISTRY.items() if entry.study == study)
-
-
-def missing_facts(dataset: str) -> tuple[str, ...]:
-    """The `FACTS` registered dataset `dataset` lacks (some layer cannot build or size it)."""
-    return DATASET_REGISTRY[dataset].missing()
 
 
 def datasets_writing(files: tuple[str, ...] = ARRAY_FILES) -> tuple[str, ...]:

@@ -1,27 +1,20 @@
 """The fets DP modes, which wrap the aggregation rules of `dpmed.fets.aggregators` (paper 000,
 Algorithms 1–3), the aggregators they make, and the server's configuration.
 
-A DP mode is one `DP_MODES` entry that takes any rule it accepts and releases the round's
-aggregate, as Flower's `DifferentialPrivacyServerSideFixedClipping` wraps any strategy:
-`none` combines the tensors with the rule's weights; `paper` clips each tensor (Algorithm 3),
-weighs the clipped tensors by the rule, estimates Δf from one neighbour and adds the classic
-Gaussian noise per tensor (Algorithms 1–2); `sound` clips each whole-model update jointly,
-weighs the clipped updates by the rule and adds one Gaussian mechanism calibrated for the
-rule's sensitivity. An aggregator is a (rule, DP mode) pair: its wildcard value is the rule's
-name under mode none and `dp_<rule>` under the private modes (`AGGREGATORS`, derived from
-`RULES` and `DP_MODES`); its label, report order and privacy texts follow from the two
-entries (`aggregator_mode`). The wildcard patterns, the validity rule, the server, the
-privacy record and the report read them from here; the config schema's enums list the same
-names in the same order (tests/test_fets_registry.py checks it).
+A DP mode is one `DP_MODES` entry that wraps any rule it accepts, as Flower's
+`DifferentialPrivacyServerSideFixedClipping` wraps any strategy: `none` combines the tensors
+with the rule's weights; `paper` clips each tensor and adds the classic Gaussian noise per
+tensor (Algorithms 1–3); `sound` clips each whole-model update jointly and adds one Gaussian
+mechanism calibrated for the rule's sensitivity. An aggregator is a (rule, DP mode) pair: its
+wildcard value is the rule's name under mode none and `dp_<rule>` under the private modes
+(`aggregators`); its label, report order and privacy texts follow from the two entries
+(`aggregator_mode`). The config schema's enums list the same names in the same order
+(tests/test_fets_registry.py checks it).
 
 Everything here is a pure function of the tensors and data-size weights the collaborators send
-(plus the caller's noise generator, `dpmed.fets.server.noise_generator`): no collaborator data
-can reach it. Each release reads the round's tensors through the block passes of
-`dpmed.fets.round_tensors` (float64 norms for clipping, a Gram matrix where the rule weighs by
-similarity or paper mode estimates Δf, then one combination). The server screens every
-collaborator's update before a rule sees it (`dpmed.fets.server.screen_round`); a release
-handed an update whose norm is not finite raises (`clip_factors`) rather than pass it
-unclipped.
+and the caller's noise generator, read through the block passes of `dpmed.fets.round_tensors`.
+The server screens every update before a rule sees it (`dpmed.fets.server.screen_round`); a
+release handed an update whose norm is not finite raises (`clip_factors`).
 
 The models have no norm buffers (GroupNorm / InstanceNorm without running stats), so every
 state tensor is a trained parameter; `RoundTensors.updates` refuses non-float tensors and the
@@ -31,7 +24,7 @@ simulation refuses models with buffers, so no tensor ever bypasses clipping and 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any
@@ -46,7 +39,6 @@ from dpmed.fets.aggregators import (
     LocalTensor,
     is_weight_or_bias,
     normalised_weights,
-    tensor_weights,
 )
 from dpmed.fets.round_tensors import RoundTensors, TensorGroup, ones, squared_norms, vectors
 from dpmed.privacy.normals import NormalDraw, NormalSource
@@ -85,13 +77,6 @@ class RoundMechanisms:
     noise_multiplier: float
     alpha: tuple[float, ...] = ()
     rejected: tuple[Any, ...] = ()
-
-    @classmethod
-    def of(cls, infos: Sequence[MechanismInfo], rejected: tuple[Any, ...]) -> RoundMechanisms:
-        """The round of per-tensor mechanisms `infos` (at least one)."""
-        sigmas = [i.sigma for i in infos]
-        return cls(len(infos), max(i.delta_f for i in infos), max(sigmas), min(sigmas),
-                   min(i.noise_multiplier for i in infos), rejected=rejected)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -235,7 +220,8 @@ class DPMode:
     `release` is called with the rule first and then:
 
     - per tensor: `(local_tensors, tensor_name, cfg, rng) -> (tensor, MechanismInfo | None)`;
-    - whole model: `(updates, weights, cfg, sigma, rng) -> (new state, α)` on the round's
+    - whole model: `(updates, weights, clip_norm, sigma, rng, distance) -> (new state, α)` on
+      the round's
       updates u_i = w_i − w_global (a `dpmed.fets.round_tensors.RoundTensors`), one Gaussian
       mechanism N(0, σ²I) with σ calibrated for the rule's `sensitivity`.
 
@@ -281,13 +267,15 @@ def _none_release(
     rule: AggregationRule, local: Sequence[LocalTensor], tensor_name: str, cfg: ServerConfig,
     rng: Any,
 ) -> tuple[np.ndarray, None]:  # fmt: skip
-    """The rule's aggregate of one tensor, without clipping or noise."""
+    """The rule's aggregate of one tensor, without clipping or noise: its weights for weight
+    and bias tensors, the data-size mean for the others (Algorithm 1 lines 3 and 25)."""
     if rule.aggregate is not None:
         return rule.aggregate(local, tensor_name, cfg), None
     group = TensorGroup.of([t.tensor for t in local])
     weights = [t.weight for t in local]
-    alpha = tensor_weights(rule.weigh, group, weights, tensor_name, cfg.simagg_distance)
-    return group.combine(alpha), None
+    if not is_weight_or_bias(tensor_name):
+        return group.combine(normalised_weights(weights)), None
+    return group.combine(rule.weigh(Clipped(group), weights, cfg.simagg_distance)), None
 
 
 def _paper_release(
@@ -299,14 +287,6 @@ def _paper_release(
     return paper_release(
         rule, tensors, weights, tensor_name, cfg.clip_norm, cfg.epsilon0, cfg.delta0, rng
     )
-
-
-def _sound_release(
-    rule: AggregationRule, updates: RoundTensors, weights: Sequence[float], cfg: ServerConfig,
-    sigma: float, rng: Any,
-) -> tuple[dict[str, np.ndarray], np.ndarray]:  # fmt: skip
-    """Whole-model DP of the round's updates at the run's C and distance."""
-    return sound_release(rule, updates, weights, cfg.clip_norm, sigma, rng, cfg.simagg_distance)
 
 
 # The classic Gaussian σ is a proven (ε, δ) bound for ε ≤ 1: a reason only where ε0 > 1
@@ -360,7 +340,7 @@ DP_MODES.add(
         False,
         rank=2,
         accepts=lambda rule: rule.sensitivity is not None,
-        release=_sound_release,
+        release=sound_release,
         mechanism=lambda name, rule: (
             f"{name}: whole-model updates clipped jointly to C, {rule.dp_weighting}"
         ),
@@ -369,12 +349,6 @@ DP_MODES.add(
 
 
 # --- aggregators: (rule, DP mode) pairs ----------------------------------------------------
-
-
-def wildcard_name(rule: str, private: bool) -> str:
-    """The aggregator wildcard value of a rule under a (non-)private DP mode: the rule's name,
-    or `dp_<rule>` (`dp_simagg`), so a private run's folder says so."""
-    return f"dp_{rule}" if private else rule
 
 
 @dataclass(frozen=True)
@@ -387,22 +361,18 @@ class Aggregator:
     modes: tuple[str, ...]
 
 
-def _aggregators() -> Registry[Aggregator]:
-    """The aggregator wildcard values of every registered (rule, DP mode) pair, by DP mode
-    then rule (fedavg, simagg, dp_simagg, dp_fedavg): derived once per content of `RULES` and
-    `DP_MODES`, so registering or removing a rule or a DP mode adds or removes its values."""
-    return _derive_aggregators(tuple(RULES.items()), tuple(DP_MODES.items()))
-
-
 @lru_cache(maxsize=4)
 def _derive_aggregators(
     rules: tuple[tuple[str, AggregationRule], ...], modes: tuple[tuple[str, DPMode], ...]
 ) -> Registry[Aggregator]:
+    """The aggregator wildcard values of the (rule, DP mode) pairs, by DP mode then rule
+    (fedavg, simagg, dp_simagg, dp_fedavg): a rule's name, or `dp_<rule>` under a private
+    mode, so a private run's folder says so."""
     found: dict[str, tuple[str, bool, list[str]]] = {}
     for dpmode, mode in modes:
         for rule_name, rule in rules:
             if mode.accepts(rule):
-                name = wildcard_name(rule_name, mode.private)
+                name = f"dp_{rule_name}" if mode.private else rule_name
                 found.setdefault(name, (rule_name, mode.private, []))[2].append(dpmode)
     out: Registry[Aggregator] = Registry("fets aggregator")
     for name, (rule_name, private, modes) in found.items():
@@ -410,27 +380,10 @@ def _derive_aggregators(
     return out
 
 
-class AggregatorNames:
-    """`Registry` lookups (names, pattern, items, [name]) over the aggregator wildcard values
-    of the registered rules and DP modes (`_aggregators`)."""
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(_aggregators(), attr)
-
-    def __getitem__(self, name: str) -> Aggregator:
-        return _aggregators()[name]
-
-    def __contains__(self, name: object) -> bool:
-        return name in _aggregators()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(_aggregators())
-
-    def __len__(self) -> int:
-        return len(_aggregators())
-
-
-AGGREGATORS = AggregatorNames()
+def aggregators() -> Registry[Aggregator]:
+    """The aggregators of the rules and DP modes registered now: registering or removing one
+    adds or removes its values."""
+    return _derive_aggregators(tuple(RULES.items()), tuple(DP_MODES.items()))
 
 
 @dataclass(frozen=True)
@@ -442,36 +395,25 @@ class AggregatorMode:
         dp: the DP mode.
         label: the method name of tables and figures ("DP-SimAgg paper"); private runs add
             " eps0=<ε0>".
-        order: rank of its runs in tables and figures (then ε0, then seed).
-        sensitivity: whole-model DP modes: the rule's Δf(C, m).
         mechanism: private modes: the mechanism as privacy.json states it.
-        privacy_extra: whole-model DP modes: the rule's extra privacy.json fields.
     """
 
     rule: AggregationRule
     dp: DPMode
     label: str
-    order: int
-    sensitivity: Callable[[float, int], float] | None
     mechanism: str | None
-    privacy_extra: Callable[[Mapping[str, Any]], dict[str, Any]] | None
 
     @property
-    def reasons(self) -> tuple[str, ...]:
-        """Why the DP mode's ε is not a formal guarantee."""
-        return self.dp.reasons
-
-    @property
-    def utility_notes(self) -> tuple[str, ...]:
-        """The DP mode's flaws that cost accuracy but not privacy."""
-        return self.dp.utility_notes
+    def order(self) -> int:
+        """Rank of its runs in tables and figures: by rule, then DP mode (then ε0, seed)."""
+        return self.rule.order * len(DP_MODES) + self.dp.rank
 
     def sound_sigma(self, cfg: ServerConfig, n_chosen: int) -> tuple[float, float]:
         """(σ, Δf) of a whole-model DP mode's one mechanism per round of `n_chosen` updates
         (the rule's sensitivity, calibrated at the run's ε0, δ0)."""
         from dpmed.privacy.mechanisms import calibrate  # scipy: imported on first use
 
-        delta_f = self.sensitivity(cfg.clip_norm, n_chosen)
+        delta_f = self.rule.sensitivity(cfg.clip_norm, n_chosen)
         return calibrate(cfg.sound_calibration, delta_f, cfg.epsilon0, cfg.delta0), delta_f
 
     def aggregate(
@@ -485,47 +427,39 @@ class AggregatorMode:
         if not self.dp.per_tensor:
             weights = [w for _, _, w in screened.local]
             sigma, delta_f = self.sound_sigma(cfg, len(weights))
-            new, alpha = self.dp.release(self.rule, screened.updates, weights, cfg, sigma, rng)
+            new, alpha = self.dp.release(
+                self.rule, screened.updates, weights, cfg.clip_norm, sigma, rng, cfg.simagg_distance
+            )
             alphas = tuple(float(a) for a in alpha)
-            mech = RoundMechanisms(1, delta_f, sigma, sigma, sigma / delta_f, alphas,
-                                   screened.rejected)  # fmt: skip
-            return new, mech
+            return new, RoundMechanisms(1, delta_f, sigma, sigma, sigma / delta_f, alphas,
+                                        screened.rejected)  # fmt: skip
         out: dict[str, np.ndarray] = {}
         infos: list[MechanismInfo] = []
         for name in screened.updates.groups:  # the global model's tensors, in its order
             tensors = [LocalTensor(c, state[name], w) for c, state, w in screened.local]
             out[name], info = self.dp.release(self.rule, tensors, name, cfg, rng)
             infos += [info] if info is not None else []
-        return out, RoundMechanisms.of(infos, screened.rejected) if infos else None
+        if not infos:
+            return out, None
+        sigmas = [i.sigma for i in infos]
+        return out, RoundMechanisms(len(infos), max(i.delta_f for i in infos), max(sigmas),
+                                    min(sigmas), min(i.noise_multiplier for i in infos),
+                                    rejected=screened.rejected)  # fmt: skip
 
 
 def aggregator_mode(name: str, dpmode: str) -> AggregatorMode:
     """Aggregator `name` in DP mode `dpmode`. Private labels are "DP-<rule label>", with the
     mode's name where the rule has more than one private mode ("DP-SimAgg sound")."""
-    entry = AGGREGATORS[name]
+    entry = aggregators()[name]
     if dpmode not in entry.modes:
         raise ValueError(f"aggregator {name!r} has no DP mode {dpmode!r}")
     rule, mode = RULES[entry.rule], DP_MODES[dpmode]
     if not mode.private:
-        return AggregatorMode(rule, mode, rule.label, _order(rule, mode), None, None, None)
+        return AggregatorMode(rule, mode, rule.label, None)
     label = method = f"DP-{rule.label}"
     if len(entry.modes) > 1:
         label, method = f"{label} {dpmode}", f"{label} {dpmode} mode"
-    whole = not mode.per_tensor
-    return AggregatorMode(
-        rule,
-        mode,
-        label,
-        _order(rule, mode),
-        rule.sensitivity if whole else None,
-        mode.mechanism(method, rule),
-        rule.privacy_extra if whole else None,
-    )
-
-
-def _order(rule: AggregationRule, mode: DPMode) -> int:
-    """Rank in tables: by rule, then by DP mode."""
-    return rule.order * len(DP_MODES) + mode.rank
+    return AggregatorMode(rule, mode, label, mode.mechanism(method, rule))
 
 
 @dataclass(frozen=True)
@@ -533,7 +467,7 @@ class ServerConfig:
     """What the aggregator is configured with (no data).
 
     Args:
-        aggregator: a registered aggregator (`AGGREGATORS`).
+        aggregator: a registered aggregator (`aggregators`).
         dpmode: one of its DP modes.
         epsilon0: per-round ε0 (None for the non-private mode).
         delta0: per-round δ0.

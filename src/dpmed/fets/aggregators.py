@@ -11,7 +11,7 @@ mean (a coordinate-wise median) gives its per-tensor `aggregate` instead, and on
 runs it.
 
 Adding an aggregator is one `RULES.add(name, AggregationRule(...))`; its aggregator wildcard
-values (`name`, `dp_<name>`) follow (`dpmed.fets.aggregation.AGGREGATORS`).
+values (`name`, `dp_<name>`) follow (`dpmed.fets.aggregation.aggregators`).
 """
 
 from __future__ import annotations
@@ -100,17 +100,6 @@ def sum_diff_similarity(y: np.ndarray, gram: np.ndarray) -> np.ndarray:
     return s / s.sum()
 
 
-def similarity_weights(
-    y: np.ndarray, gram: np.ndarray, weights: Sequence[float], distance: str = "l2"
-) -> np.ndarray:
-    """Normalised weights α (Algorithm 1 lines 10–17) of the tensors with coefficient rows `y`
-    in the basis of `gram` and data-size `weights`: similarity scores s of the `distance` (a
-    `SIMAGG_DISTANCES` name), ŵ = W + s, α = ŵ/(1e-8 + Σŵ)."""
-    s = SIMAGG_DISTANCES[distance](y, gram)
-    w_hat = np.asarray(weights, dtype=np.float64) + s
-    return w_hat / (EPS_SAFE + w_hat.sum())
-
-
 def is_weight_or_bias(tensor_name: str) -> bool:
     """Algorithm 1 line 3: the similarity branch applies to tensors named weight or bias."""
     return "weight" in tensor_name or "bias" in tensor_name
@@ -130,18 +119,12 @@ def uniform_mean(clipped: Clipped, weights: Sequence[float], distance: str) -> n
 
 
 def similarity(clipped: Clipped, weights: Sequence[float], distance: str) -> np.ndarray:
-    """SimAgg: the similarity weights of the vectors (Algorithm 1 lines 10–17)."""
-    return similarity_weights(vectors(clipped.n), clipped.gram, weights, distance)
-
-
-def tensor_weights(
-    weigh: Weigh, group: TensorGroup, weights: Sequence[float], tensor_name: str, distance: str
-) -> np.ndarray:
-    """The unclipped weights of one tensor: the rule's for weight and bias tensors, the
-    data-size mean for the others (Algorithm 1 lines 3 and 25)."""
-    if not is_weight_or_bias(tensor_name):
-        return normalised_weights(weights)
-    return weigh(Clipped(group), weights, distance)
+    """SimAgg: the normalised similarity weights α of the vectors (Algorithm 1 lines 10–17):
+    similarity scores s of the `distance` (a `SIMAGG_DISTANCES` name), ŵ = W + s,
+    α = ŵ/(1e-8 + Σŵ)."""
+    s = SIMAGG_DISTANCES[distance](vectors(clipped.n), clipped.gram)
+    w_hat = np.asarray(weights, dtype=np.float64) + s
+    return w_hat / (EPS_SAFE + w_hat.sum())
 
 
 # --- the rule registry ---------------------------------------------------------------------

@@ -207,24 +207,14 @@ def _runs(metrics_paths: Sequence[str], resources_paths: Sequence[str]) -> pd.Da
                 "time": math.log(use["wall_clock_s"]) if use else math.nan,
                 "memory": math.log(memory) if memory else math.nan, "meter": meter,
                 "energy": math.log(energy) if energy else math.nan,
-                "energy_meter": _energy_meter(use.get("energy_method", "")),
+                # resources.json's energy_method in two words
+                "energy_meter": "GPU counter" if use.get("energy_method", "").startswith(
+                    "measured") else "CPU estimate",
             }
         )  # fmt: skip
     columns = [*_COLUMNS, "run", *(f"dice_{r}" for r in REGIONS), "score", "dice_WT_round0",
                "time", "memory", "meter", "energy", "energy_meter"]  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
-
-
-def _energy_meter(method: str) -> str:
-    """resources.json's `energy_method` in two words: a GPU counter or a CPU estimate."""
-    return "GPU counter" if method.startswith("measured") else "CPU estimate"
-
-
-def _regions(runs: pd.DataFrame) -> pd.DataFrame:
-    """`runs` long: one row per run and region, its final Dice in `dice`."""
-    return runs.melt([*_COLUMNS, "run"], [f"dice_{r}" for r in REGIONS], "region", "dice").assign(
-        region=lambda f: f["region"].str.removeprefix("dice_")
-    )
 
 
 def _within_run(runs: pd.DataFrame, claim: str, arm: str, baseline: str) -> list[dict]:
@@ -257,7 +247,9 @@ def study_observations(
 ) -> tuple[tuple[Claim, ...], pd.DataFrame]:
     """The registered claims and their observations from the fets runs' files."""
     runs = _runs(metrics_paths, resources_paths)
-    regions = _regions(runs)
+    # one row per run and region, its final Dice in `dice`
+    regions = runs.melt([*_COLUMNS, "run"], [f"dice_{r}" for r in REGIONS], "region", "dice")
+    regions["region"] = regions["region"].str.removeprefix("dice_")
     dice, score = below("dice", LEARNED_DICE, UNLEARNED), below("score", LEARNED_DICE, UNLEARNED)
     rows = []
     for mode in PRIVATE_MODES:

@@ -11,16 +11,17 @@ label-aware patches in batches of `batch_size`, loss = cross-entropy + soft Dice
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dpmed.data.fets import load_subject
+from dpmed.data.fets import MODALITIES, load_subject
 from dpmed.fets.brats import LABEL_VALUES, subject_scores
 from dpmed.fets.patches import ClassIndex, predict_volume, sample_patch
 
@@ -40,6 +41,27 @@ class LocalTraining:
     patch_size: tuple[int, int, int]
     patches_per_subject: int
     hd95: bool
+
+    @classmethod
+    def of(cls, params: Mapping[str, Any]) -> LocalTraining:
+        """The hyperparameters of a fets job's `params` (or an OpenFL plan's task runner)."""
+        return cls(float(params["local_epochs"]), float(params["lr"]), int(params["batch_size"]),
+                   tuple(int(p) for p in params["patch_size"]),
+                   int(params["patches_per_subject"]), bool(params["hd95"]))  # fmt: skip
+
+
+def model_arguments(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The 3D ResUNet's build arguments of a fets job's `params` (saved with model.pt)."""
+    return {"in_channels": len(MODALITIES), "n_classes": len(LABEL_VALUES),
+            "base_filters": int(params["base_filters"]), "depth": int(params["depth"]),
+            "norm": params["norm"]}  # fmt: skip
+
+
+def mean_scores(scores: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The mean of each score over validated subjects, plus the mean Dice over the labels."""
+    out = {k: float(np.mean([s[k] for s in scores])) for k in scores[0]}
+    out["dice_mean_labels"] = float(np.mean([out[f"dice_label{v}"] for v in LABEL_VALUES]))
+    return out
 
 
 def state_to_numpy(model: nn.Module) -> dict[str, np.ndarray]:

@@ -13,7 +13,7 @@ from typing import Any
 from dpmed.config.study import SweepResult, Wildcards, block_params, param_key
 from dpmed.config.wildcards import EPS_PATTERN, NUMBER_PATTERN, format_eps, parse_eps
 from dpmed.errors import ConfigError
-from dpmed.fets.aggregation import AGGREGATORS, DP_MODES, SIMAGG_DISTANCES, ServerConfig
+from dpmed.fets.aggregation import DP_MODES, SIMAGG_DISTANCES, ServerConfig, aggregators
 
 AXES = (("aggregators", "aggregator"), ("dpmodes", "dpmode"), ("eps", "eps"), ("seeds", "seed"))
 # The wildcards runs that pair share (`StudySpec.paired`): every compared factor varies.
@@ -24,11 +24,6 @@ PAIRED = ("seed",)
 # fraction of the K collaborators chosen per round (m = max(1, ⌊ρK⌋)); the aggregator wildcard
 # then carries ρ, `dp_fedavg-rho0.4`, so a sweep run never shares a folder with a plain cell.
 _RHO = re.compile(rf"^(.+)-rho({NUMBER_PATTERN})$")
-
-
-def aggregator_pattern() -> str:
-    """The regex of the aggregator wildcard: a registered aggregator, optionally `-rho<ρ>`."""
-    return rf"(?:{AGGREGATORS.pattern()})(?:-rho{NUMBER_PATTERN})?"
 
 
 def aggregator_name(aggregator: str) -> str:
@@ -106,7 +101,7 @@ def invalid(wc: Mapping[str, str]) -> str | None:
     """Why a fets combination is not a job (None when it is one): the aggregator must support
     the DP mode (its registry entry), and a private DP mode needs a finite eps, `none` eps inf."""
     name = aggregator_name(wc["aggregator"])
-    modes = AGGREGATORS[name].modes
+    modes = aggregators()[name].modes
     if wc["dpmode"] not in modes:
         plural = "s" if len(modes) > 1 else ""
         return f"{name} has only the {'/'.join(modes)} mode{plural}"
@@ -144,14 +139,14 @@ def check_config(config: Mapping[str, Any], jobs: Sequence[Any]) -> None:
 
 
 PATTERNS = {
-    "aggregator": aggregator_pattern(),
+    "aggregator": rf"(?:{aggregators().pattern()})(?:-rho{NUMBER_PATTERN})?",  # ρ: a sweep
     "dpmode": DP_MODES.pattern(),
     "eps": EPS_PATTERN,
     "seed": r"[0-9]+",
 }
 # The config values of the registry-named grid lists and hyperparameters (schema enums at load).
 CHOICES: dict[str, tuple[str, ...] | str] = {
-    "aggregators": AGGREGATORS.names(),
+    "aggregators": aggregators().names(),
     "dpmodes": DP_MODES.names(),
     "simagg_distance": SIMAGG_DISTANCES.names(),
 }

@@ -13,27 +13,18 @@ tags, nparray) and `local_tensors` items carry `.col_name`, `.tensor` and `.weig
 
 On a round's first call it reads the round from that table by exact key
 (`openfl_fetch_round`; docs/openfl.md lists the keys OpenFL 1.9 writes), never through
-`TensorDB.search`, which falls back to other rounds' rows when nothing matches. It raises
-unless there is exactly one row per (chosen collaborator, model tensor) and the rows are the
-tensors OpenFL passed. A site whose OpenFL stores rounds differently passes its own
-`fetch_round(tensor_db, fl_round, collaborators) -> (global: {name: array}, local:
-{collaborator: {name: array}})`.
+`TensorDB.search`, which falls back to other rounds' rows when nothing matches; a site whose
+OpenFL stores rounds differently passes its own `fetch_round(tensor_db, fl_round,
+collaborators) -> (global: {name: array}, local: {collaborator: {name: array}})`. Then it
+aggregates the whole round once with the simulation's server (`Server.aggregate`: the screen,
+the aggregator wrapped by its DP mode, the round's noise stream), so a deployment and a
+simulation of the same round release the same function of it, and answers every tensor of the
+round from that result.
 
-Then it aggregates the whole round once, with the simulation's server (`Server.aggregate`):
-the screen (`dpmed.fets.server.screen_round`: a degenerate round raises; an update with a
-tensor of another shape, a non-finite entry or a norm beyond `MAX_UPDATE_NORM` counts as a
-zero update, with a warning naming the collaborator and the tensor on the logger
-`dpmed.fets.server`), then the aggregator wrapped by its DP mode — paper (Algorithm 1 on each
-tensor) or sound (the whole-model update clipped jointly, one mechanism) — so a deployment
-and a simulation of the same round release the same function of it, with the same noise
-stream when seeded. Every tensor of the round is answered from that result.
-
-By default the noise of every release comes from fresh OS entropy (`secure_generator` in
-`dpmed.privacy.mechanisms`), so nobody can regenerate and subtract it. Pass `seed` only to
-reproduce a run (tests, simulations): anyone who knows the seed can remove the noise.
-
-Each round's privacy record (the simulation's rounds.csv privacy columns plus mode, ε0, δ0, C
-and noise source) is kept in `.records` and logged at INFO on this module's logger.
+The noise comes from fresh OS entropy unless `seed` is given (reproducible: anyone who knows
+the seed can remove the noise). Each round's privacy record (the simulation's rounds.csv
+privacy columns plus mode, ε0, δ0, C and noise source) is kept in `.records` and logged at INFO
+on this module's logger.
 """
 
 from __future__ import annotations
@@ -46,7 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dpmed.fets.aggregation import AGGREGATORS, DP_MODES, RoundMechanisms, ServerConfig
+from dpmed.fets.aggregation import DP_MODES, RoundMechanisms, ServerConfig
 from dpmed.fets.privacy import round_columns
 from dpmed.fets.server import Server
 from dpmed.privacy.mechanisms import noise_source
@@ -228,13 +219,8 @@ def fets_dp_simagg(
     server does; noise from OS entropy unless `seed` is given (reproducible, not for
     deployment). `first_round` is the number the server gives OpenFL's round 0 in the seeded
     noise stream and the screen's messages: 1 numbers rounds as `dpmed.fets.run` does, so a
-    seeded federation draws the simulation's noise."""
-    if aggregator not in AGGREGATORS or not AGGREGATORS[aggregator].private:
-        known = ", ".join(a for a in AGGREGATORS if AGGREGATORS[a].private)
-        raise ValueError(f"unknown private aggregator '{aggregator}' (known: {known})")
-    if mode not in AGGREGATORS[aggregator].modes:
-        known = ", ".join(AGGREGATORS[aggregator].modes)
-        raise ValueError(f"unknown {aggregator} mode '{mode}' (known: {known})")
-    cfg = ServerConfig(aggregator, mode, epsilon0, delta0, clip_norm, distance, calibration,
-                       seed)  # fmt: skip
+    seeded federation draws the simulation's noise. An aggregator without `mode` raises,
+    naming both (`ServerConfig`)."""
+    cfg = ServerConfig(aggregator, mode, float(epsilon0), float(delta0), float(clip_norm),
+                       distance, calibration, seed)  # fmt: skip
     return AggregationFunction(cfg, fetch_round, first_round)

@@ -1,32 +1,12 @@
 """The OpenFL 1.9 plan components of dpmed's FeTS federation (workspace template
-deploy/openfl/, launcher `dpmed.fets.openfl_deploy`).
-
-- `FetsDataLoader`: one site's processed FeTS folder (`dpmed.data.fets` format, exactly one
-  partition in its splits.csv); `data_path` None when `fx plan initialize` builds the model.
-- `FetsTaskRunner`: the 3D ResUNet and dpmed's local training and validation
-  (`dpmed.fets.collaborator.Collaborator`); the initial weights come from `init_seed` and the
-  round's training from `stable_seed("fets-local", local_seed, round + 1, name)`, as in
-  `dpmed.fets.run.build_federation` / `aggregate_round` (OpenFL counts rounds from 0, the
-  simulation from 1).
-- `FetsAssigner`: every collaborator validates the global model each round, the chosen ones
-  (dpmed's selection schedule, `dpmed.fets.selection`) also train; after the plan's rounds,
-  one more round in which they only validate the final model.
-- `DPSimAggregation`: `fets_dp_simagg` as a privileged OpenFL aggregation function; after each
-  round it appends the round's privacy record to `<output_dir>/dp_rounds.jsonl` and writes the
-  released global model to `<output_dir>/released_model.npz` (OpenFL's last.pbuf holds the
-  model a round started from, never the final aggregate); the record names the round's
-  trainers (`chosen`, in the order they were aggregated).
-- `FetsAggregator`: OpenFL's aggregator that stops the federation instead of waiting forever
-  (OpenFL 1.9 waits for every collaborator of a round, and a round it cannot aggregate hangs it):
-  a round not ended `round_timeout` s after it started names the collaborators that have not
-  reported; a round whose uploads lack a tensor of the model or hold one it lacks names the
-  collaborator and the tensor. It logs the error, writes it to `<output_dir>/dp_failure.txt`
-  and exits with code 1. A tensor of another shape or with a non-finite entry is screened by
-  `DPSimAggregation` instead (a zero update, counted in the round's record). It runs the
-  assigner's validation-only round after the plan's `rounds_to_train`, and appends each
-  round's validation scores, averaged over the collaborators weighted by their validation
-  subjects (the simulation's mean over all subjects), to `<output_dir>/validation.jsonl`:
-  OpenFL's round r validates the model released after r rounds.
+deploy/openfl/, launcher `dpmed.fets.openfl_deploy`): `FetsDataLoader`, `FetsTaskRunner`,
+`FetsAssigner`, `DPSimAggregation` and `FetsAggregator`. They train, select, aggregate and
+validate as `dpmed.fets.run` does (OpenFL counts rounds from 0, the simulation from 1), and the
+aggregator's side writes to `<output_dir>`: dp_rounds.jsonl (each released round's privacy
+record), released_model.npz (the last released model: OpenFL's last.pbuf holds the model a
+round started from), validation.jsonl (each round's validation scores) and dp_failure.txt
+(why it stopped the federation). `patch_openfl` changes what OpenFL 1.9 hard-codes that a
+local federation must change.
 
 Collaborator names are the FeTS partition ids ("1", "2", ...): the schedule is drawn over them
 and each collaborator's training seed includes its name, as in the simulation.
@@ -37,8 +17,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +29,21 @@ from openfl.component.assigner.assigner import Assigner
 from openfl.federated.data.loader import DataLoader
 from openfl.federated.task.runner import TaskRunner
 from openfl.interface.aggregation_functions.experimental import PrivilegedAggregationFunction
+from openfl.pipelines.pipeline import Float32NumpyArrayToBytes
+from openfl.transport.grpc import common
+from openfl.transport.grpc.aggregator_server import AggregatorGRPCServer
 from openfl.utilities import TensorKey
 
 from dpmed.data import fets
 from dpmed.fets import selection
-from dpmed.fets.brats import LABEL_VALUES
-from dpmed.fets.collaborator import Collaborator, LocalTraining, load_numpy_state, state_to_numpy
+from dpmed.fets.collaborator import (
+    Collaborator,
+    LocalTraining,
+    load_numpy_state,
+    mean_scores,
+    model_arguments,
+    state_to_numpy,
+)
 from dpmed.fets.openfl_adapter import fets_dp_simagg, openfl_fetch_round
 from dpmed.fets.run import MODEL
 from dpmed.models import build_model
@@ -96,39 +85,22 @@ class FetsDataLoader(DataLoader):
 
 class FetsTaskRunner(TaskRunner):
     """dpmed's FeTS collaborator as an OpenFL TaskRunner (tasks `train_task`,
-    `validate_task`); the optimizer is fresh every round (OpenFL's RESET treatment)."""
+    `validate_task`); the optimizer is fresh every round (OpenFL's RESET treatment). The
+    initial weights come from `init_seed`, round r's training from `stable_seed("fets-local",
+    local_seed, r + 1, name)`; `params`: the plan's network and local training settings
+    (`model_arguments`, `LocalTraining.of`)."""
 
-    def __init__(
-        self,
-        data_loader: FetsDataLoader,
-        base_filters: int,
-        depth: int,
-        norm: str,
-        local_epochs: float,
-        lr: float,
-        batch_size: int,
-        patch_size: Sequence[int],
-        patches_per_subject: int,
-        hd95: bool,
-        init_seed: int,
-        local_seed: int,
-        threads: int = 1,
-        device: str = "cpu",
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(data_loader, **kwargs)
+    def __init__(self, data_loader: FetsDataLoader, init_seed: int, local_seed: int,
+                 threads: int = 1, device: str = "cpu", **params: Any) -> None:  # fmt: skip
+        super().__init__(data_loader)
         seed_everything(local_seed, threads)  # deterministic kernels, the simulation's threads
         self.local_seed, self.device = int(local_seed), select_device(device)
-        arguments = {"in_channels": len(fets.MODALITIES), "n_classes": len(LABEL_VALUES),
-                     "base_filters": int(base_filters), "depth": int(depth),
-                     "norm": norm}  # fmt: skip
+        arguments = model_arguments(params)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(init_seed))
             self.model = build_model(MODEL, **arguments)
         self.names = list(self.model.state_dict())
-        training = LocalTraining(float(local_epochs), float(lr), int(batch_size),
-                                 tuple(int(p) for p in patch_size), int(patches_per_subject),
-                                 bool(hd95))  # fmt: skip
+        training = LocalTraining.of(params)
         site = data_loader.site if data_loader is not None else None
         self.collaborator = None if site is None else Collaborator(
             str(site.partition_id), data_loader.data_path, site.train, site.val, training,
@@ -168,9 +140,7 @@ class FetsTaskRunner(TaskRunner):
     ) -> tuple[dict, dict]:
         """The mean of each score (Dice per label and region, HD95 when on) over this site's
         validation subjects and the mean Dice over the labels, as metrics (no noise)."""
-        scores = self._site().validate(input_tensor_dict)
-        means = {k: float(np.mean([s[k] for s in scores])) for k in scores[0]}
-        means[DICE] = float(np.mean([means[f"dice_label{v}"] for v in LABEL_VALUES]))
+        means = mean_scores(self._site().validate(input_tensor_dict))
         return {TensorKey(k, col_name, round_num, True,
                           ("metric", "validate_agg") if k == DICE else ("metric",)): np.array(v)
                 for k, v in means.items()}, {}  # fmt: skip
@@ -222,27 +192,14 @@ class FetsAssigner(Assigner):
 
 
 class DPSimAggregation(PrivilegedAggregationFunction):
-    """`fets_dp_simagg(epsilon0, delta0, clip_norm, mode, calibration, seed, distance,
-    first_round=1, aggregator)` for OpenFL's plan (DP-SimAgg, or another private aggregator);
-    `seed` None (a deployment) draws the noise from OS entropy. Writes each released round to
-    `output_dir` (module docstring)."""
+    """`fets_dp_simagg(**settings, first_round=1)` for OpenFL's plan (DP-SimAgg, or another
+    private aggregator; `seed` None, a deployment, draws the noise from OS entropy). Once every
+    tensor of a round is released, writes its model (replaced atomically) and appends its
+    privacy record, naming its trainers (`chosen`, in aggregation order), to `output_dir`."""
 
-    def __init__(
-        self,
-        epsilon0: float,
-        delta0: float,
-        clip_norm: float,
-        mode: str = "sound",
-        calibration: str = "analytic",
-        distance: str = "l2",
-        seed: int | None = None,
-        output_dir: str = "save",
-        aggregator: str = "dp_simagg",
-    ) -> None:
+    def __init__(self, output_dir: str = "save", mode: str = "sound", **settings: Any) -> None:
         super().__init__()
-        self.func = fets_dp_simagg(float(epsilon0), float(delta0), float(clip_norm), mode,
-                                   calibration, seed, distance, first_round=1,
-                                   aggregator=aggregator)  # fmt: skip
+        self.func = fets_dp_simagg(mode=mode, first_round=1, **settings)
         self.output = Path(output_dir)
         self.round: int | None = None
         self.released: dict[str, np.ndarray] = {}
@@ -270,9 +227,16 @@ class DPSimAggregation(PrivilegedAggregationFunction):
 
 
 class FetsAggregator(Aggregator):
-    """OpenFL's `Aggregator` with a round timeout, a check of each round's uploads before
-    OpenFL aggregates them and the validation-only last round (module docstring);
-    `round_timeout` in seconds."""
+    """OpenFL's `Aggregator` that stops the federation instead of waiting forever (OpenFL 1.9
+    waits for every collaborator of a round): a round not ended `round_timeout` s after it
+    started names the collaborators that have not reported; a round whose uploads lack a tensor
+    of the model or hold one it lacks names the collaborator and the tensor (a tensor of another
+    shape or with a non-finite entry is screened by `DPSimAggregation` instead). It logs the
+    error, writes it to `<output_dir>/dp_failure.txt` and exits with code 1. It runs the
+    assigner's validation-only round after the plan's `rounds_to_train` and appends each
+    round's validation scores, averaged over the collaborators weighted by their validation
+    subjects (the simulation's mean over all subjects), to `<output_dir>/validation.jsonl`:
+    OpenFL's round r validates the model released after r rounds."""
 
     def __init__(self, *args: Any, rounds_to_train: int, round_timeout: float = 300.0,
                  output_dir: str = "save", **kwargs: Any) -> None:  # fmt: skip
@@ -329,3 +293,47 @@ def append_line(path: Path, record: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(record, default=float) + "\n")
+
+
+NO_REUSEPORT = ("grpc.so_reuseport", 0)
+_server_init = AggregatorGRPCServer.__init__
+
+
+def _backward(self: Float32NumpyArrayToBytes, data: bytes, metadata: dict, **kwargs) -> np.ndarray:
+    """OpenFL's `Float32NumpyArrayToBytes.backward` without the keyword NumPy 2.4 removed."""
+    flat = np.frombuffer(data, dtype=np.float32)
+    return np.reshape(flat, tuple(metadata["int_list"]), order="C")
+
+
+def _bound_init(self: AggregatorGRPCServer, *args, bind_addr: str = "[::]", **kwargs) -> None:
+    """OpenFL's server init, listening on `bind_addr` (the plan's network setting) only."""
+    _server_init(self, *args, **kwargs)
+    self.uri = f"{bind_addr}:{self.uri.rpartition(':')[2]}"
+    if not self.use_tls:
+        print(f"INSECURE: the OpenFL aggregator serves {self.uri} without TLS or client "
+              "authentication (network.settings.use_tls false): any process that reaches the "
+              "port can join or read the federation", file=sys.stderr, flush=True)  # fmt: skip
+
+
+def patch_openfl() -> None:
+    """Change in OpenFL (idempotent; the workspace template's `deploy/openfl/src/fets.py` calls
+    it, so the aggregator and every collaborator do before they serve or decompress a tensor):
+
+    - NumPy >= 2.4: OpenFL's lossless pipeline decompresses every tensor with
+      `np.reshape(..., newshape=...)`, a keyword NumPy 2.4 removed; the same reshape without
+      it replaces it (same bytes, same float32 array). On older NumPy nothing changes.
+    - Binding: `AggregatorGRPCServer` listens on `[::]:<agg_port>`, every interface; the
+      plan's `network.settings.bind_addr` (dpmed's key, e.g. 127.0.0.1) names the interface
+      instead (absent: OpenFL's `[::]`).
+    - A shared port: gRPC sets SO_REUSEPORT, so a second gRPC server on the same port binds
+      too and takes part of the collaborators' calls; with `grpc.so_reuseport` 0 the
+      aggregator's bind fails at once instead.
+    - An aggregator without TLS prints an `INSECURE` warning to stderr when it starts.
+    """
+    try:
+        np.reshape(np.zeros(1), newshape=(1,))
+    except TypeError:
+        Float32NumpyArrayToBytes.backward = _backward
+    AggregatorGRPCServer.__init__ = _bound_init
+    if NO_REUSEPORT not in common.DEFAULT_CHANNEL_OPTIONS:
+        common.DEFAULT_CHANNEL_OPTIONS = [*common.DEFAULT_CHANNEL_OPTIONS, NO_REUSEPORT]

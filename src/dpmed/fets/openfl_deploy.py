@@ -9,30 +9,32 @@ from the workspace template deploy/openfl/.
 
 Every `--set KEY=VALUE` (a `fets.defaults` key), `--eps`, `--dpmode` and `--seed` is checked
 first as the workflow checks a config, the cell appended to the config's fets grid; a bad value
-stops the launcher naming its key. DIR is the launch's folder (`dpmed.federation_processes`:
-one launch per folder, processes.json, SIGTERM/SIGINT, exit status); without --processed the
-config's synthetic FeTS data are generated under DIR/data.
+stops the launcher naming its key. The layout is `dpmed fl-flower`'s: DIR/openfl is the
+launch's folder (`dpmed.federation_processes`: one launch per folder, processes.json, logs/,
+SIGTERM/SIGINT, exit status) and DIR/<run> the run's outputs, <run> the fets job's folder
+(results/fets/<aggregator>/<dpmode>/eps<eps>/seed<seed>); without --processed the config's
+synthetic FeTS data are generated under DIR/data.
 
 Steps, as OpenFL's users run a federation: each partition's subjects become a site folder
-(DIR/sites/<id>); the workspace is copied to DIR/workspace, its plan filled with the fets job's
-parameters, common seeds and a free port, and its requirements.txt with this dpmed's version;
-`fx plan initialize` writes the initial model; `fx workspace export` packs the workspace and
-each site imports it (DIR/imports/<id>); then `fx aggregator start` and `fx collaborator start
--n <id>` in each import run until the aggregator ends. OpenFL 1.9 waits for every collaborator
-of a round forever, so the federation stops with an error naming the cause: a collaborator that
-died, a round not ended `--round-timeout` s after it began (`openfl_components.FetsAggregator`
-names who has not reported), a round's upload lacking a tensor of the model or holding one it
-lacks (a tensor of another shape or with a non-finite entry is screened as a zero update
-instead), the `--timeout`, or a signal. The outputs are written in each case.
+(DIR/openfl/sites/<id>); the workspace is copied to DIR/openfl/workspace, its plan filled with
+the fets job's parameters, common seeds and a free port, and its requirements.txt with this
+dpmed's version; `fx plan initialize` writes the initial model; `fx workspace export` packs the
+workspace and each site imports it (DIR/openfl/imports/<id>); then `fx aggregator start` and
+`fx collaborator start -n <id>` in each import run until the aggregator ends. OpenFL 1.9 waits
+for every collaborator of a round forever, so the federation stops with an error naming the
+cause: a collaborator that died, a round not ended `--round-timeout` s after it began
+(`openfl_components.FetsAggregator` names who has not reported), a round's upload lacking a
+tensor of the model or holding one it lacks (a tensor of another shape or with a non-finite
+entry is screened as a zero update instead), the `--timeout`, or a signal. The outputs are
+written in each case.
 
-Outputs in DIR beside processes.json and logs/: model.pt (the last released global model),
-rounds.csv (`rounds_frame`), privacy.json (`dpmed.fets.privacy.privacy_record` over the
-released rounds, its `not_covered` the files of DIR the guarantee does not cover, plus
-`extra.deployment`: engine, rounds planned, released and not released, status). Rounds count
-from 1 as in `dpmed.fets.run` (OpenFL's round r is round r + 1 here); a progress line per round
-gives its model's Dice and the ε spent once the collaborators have validated it. `--seeded`
-seeds the server's noise with the job seed, as the simulation does (tests); without it the
-noise comes from OS entropy.
+Outputs in DIR/<run>: model.pt (the last released global model), rounds.csv (`rounds_frame`),
+privacy.json (`dpmed.fets.privacy.privacy_record` over the released rounds, its `not_covered`
+the run's other files and the launch's, plus `extra.deployment`: engine, rounds planned,
+released and not released, status). Rounds count from 1 as in `dpmed.fets.run` (OpenFL's round
+r is round r + 1 here); a progress line per round gives its model's Dice and the ε spent once
+the collaborators have validated it. `--seeded` seeds the server's noise with the job seed, as
+the simulation does (tests); without it the noise comes from OS entropy.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +65,10 @@ from dpmed.data import fets
 from dpmed.data.stage import synthetic_processed
 from dpmed.errors import ConfigError
 from dpmed.fets import privacy
-from dpmed.fets.aggregation import AGGREGATORS, DP_MODES
-from dpmed.fets.brats import LABEL_VALUES
+from dpmed.fets.aggregation import DP_MODES, aggregators
 from dpmed.fets.grid import server_config
 from dpmed.fets.server import ServerConfig
+from dpmed.fets.spec import SPEC
 from dpmed.install import workflow_file
 from dpmed.io import write_csv
 from dpmed.runtime import Progress
@@ -78,7 +80,9 @@ TASK_RUNNER_KEYS = ("base_filters", "depth", "norm", "local_epochs", "lr", "batc
 # openfl_components' outputs
 RECORDS, RELEASED, FAILURE = "dp_rounds.jsonl", "released_model.npz", "dp_failure.txt"
 VALIDATION = "validation.jsonl"
-# What a run writes to DIR beside model.pt (covered), and why the guarantee does not cover it.
+LAUNCH = "openfl"  # the launch's folder in DIR
+# What a run writes beside model.pt (its folder's files by name, the launch's by their path in
+# DIR), and why the guarantee does not cover it.
 NOT_COVERED = {
     "rounds.csv": "the Dice and HD95 scores of every round's global model, computed on the "
     "collaborators' own validation subjects without noise; chosen, the seeded, "
@@ -86,21 +90,22 @@ NOT_COVERED = {
     "rejected, read from the uploads without noise",
     "privacy.json": "extra.rejected_updates, the screen's rejections over the run, read from "
     "the uploads without noise; extra.deployment, how the run ended",
-    "logs": "the processes' logs: the validation scores, the screen's warnings naming a "
-    "rejected collaborator and tensor, timings",
-    "processes.json": "the launch's status, error and wall-clock seconds (a side channel the "
-    "guarantee does not model) and the processes' commands, ids, ports and exit codes",
-    "workspace": "the aggregator's OpenFL workspace: the plan (with --seeded, the noise seed), "
-    "workspace.zip, and in save/ the round records (dp_rounds.jsonl), the validation scores "
-    "(validation.jsonl) and best.pbuf, the global model OpenFL kept for its best validation "
-    "Dice, a choice made from those scores; the released models in save/ (init.pbuf, "
+    f"{LAUNCH}/logs": "the processes' logs: the validation scores, the screen's warnings naming "
+    "a rejected collaborator and tensor, timings",
+    f"{LAUNCH}/processes.json": "the launch's status, error and wall-clock seconds (a side "
+    "channel the guarantee does not model) and the processes' commands, ids, ports and exit codes",
+    f"{LAUNCH}/workspace": "the aggregator's OpenFL workspace: the plan (with --seeded, the noise "
+    "seed), workspace.zip, and in save/ the round records (dp_rounds.jsonl), the validation "
+    "scores (validation.jsonl) and best.pbuf, the global model OpenFL kept for its best "
+    "validation Dice, a choice made from those scores; the released models in save/ (init.pbuf, "
     "last.pbuf, released_model.npz) are covered",
-    "imports": "each site's import of workspace.zip: the same plan",
-    "sites": "the collaborators' data (their splits.csv rows, links to their subjects), what "
-    "the guarantee protects; in a deployment it never leaves its site",
+    f"{LAUNCH}/imports": "each site's import of workspace.zip: the same plan",
+    f"{LAUNCH}/sites": "the collaborators' data (their splits.csv rows, links to their "
+    "subjects), what the guarantee protects; in a deployment it never leaves its site",
+    f"{LAUNCH}/.lock": "the launcher's process id (one launch per folder)",
     "data": "the synthetic FeTS data the launcher generated (no --processed)",
-    ".lock": "the launcher's process id (one launch per folder)",
 }
+RUN_OUTPUTS = ("model.pt", "rounds.csv", "privacy.json")
 
 
 def subset_folder(processed: Path, folder: Path, partitions: Sequence[int]) -> Path:
@@ -121,18 +126,10 @@ def subset_folder(processed: Path, folder: Path, partitions: Sequence[int]) -> P
     return folder.resolve()
 
 
-def site_folders(processed: Path, root: Path, partitions: Sequence[int]) -> dict[str, Path]:
-    """One folder per partition under `root`, named by its id: {collaborator: folder}."""
-    return {str(p): subset_folder(processed, root / str(p), [p]) for p in partitions}
-
-
 def fill_plan(plan: dict, params: Mapping[str, Any], wildcards: Mapping[str, str],
               cfg: ServerConfig, port: int, round_timeout: float = 600.0) -> dict:  # fmt: skip
     """The template plan with the job's rounds, training parameters, common seeds (init,
     local, schedule), DP settings, the aggregator's port and round timeout (s)."""
-    if cfg.epsilon0 is None:
-        raise ValueError("the OpenFL deployment runs a private aggregator (a DP mode and a "
-                         f"finite eps0), not {cfg.aggregator}/{cfg.dpmode}")  # fmt: skip
     plan["aggregator"]["settings"].update(rounds_to_train=int(params["rounds"]),
                                           round_timeout=float(round_timeout))  # fmt: skip
     runner = plan["task_runner"]["settings"]
@@ -191,6 +188,19 @@ def run_federation(workspace: Path, record: fp.LaunchRecord, collaborators: Sequ
     out = workspace.parent
     deadline = time.monotonic() + timeout
     imports = {c: out / "imports" / c for c in collaborators}
+    printed = 0
+
+    def report() -> None:
+        """A `progress` line per released round once the collaborators validated its model (in
+        the next OpenFL round): its Dice (whole tumour, mean over the labels) and the ε spent
+        so far (the smaller of basic and RDP composition, as privacy.json states it)."""
+        nonlocal printed
+        records, scores = read_save(workspace / "save")
+        while printed < len(records) and printed + 1 in scores:
+            record, score = records[printed], scores[printed + 1]
+            printed += 1
+            dice = {"WT": score["dice_WT"], "dice": score["dice_mean_labels"]}
+            progress.line(printed, dice, min(record["eps_basic_cum"], record["eps_rdp_cum"]))
 
     def started(name: str, args: Sequence[str], cwd: Path, **ports: int) -> fp.Process:
         log = out / "logs" / f"{name.replace('-', '_')}.log"
@@ -220,34 +230,13 @@ def run_federation(workspace: Path, record: fp.LaunchRecord, collaborators: Sequ
         fp.wait_for_port(port, max(1.0, deadline - time.monotonic()), [agg])
         cols = [started(f"collaborator-{c}", ["collaborator", "start", "-n", c],
                         imports[c] / workspace.name) for c in collaborators]  # fmt: skip
-        released = RoundProgress(workspace / "save", progress)
-        watch(agg, cols, deadline, released.report, workspace / "save" / FAILURE)
-        released.report()  # the rounds validated since the last check
+        watch(agg, cols, deadline, report, workspace / "save" / FAILURE)
+        report()  # the rounds validated since the last check
     except fp.FederationProcessError as err:
         return err
     finally:
         fp.stop(record.processes)
     return None
-
-
-@dataclass
-class RoundProgress:
-    """One progress line per released round once the collaborators validated its model (in
-    the next OpenFL round): its Dice (whole tumour, mean over the labels) and the ε spent so
-    far (the smaller of basic and RDP composition, as privacy.json states it)."""
-
-    save: Path
-    progress: Progress
-    printed: int = 0
-
-    def report(self) -> None:
-        records, scores = read_records(self.save), read_scores(self.save)
-        while self.printed < len(records) and self.printed + 1 in scores:
-            record, score = records[self.printed], scores[self.printed + 1]
-            self.printed += 1
-            spent = min(record["eps_basic_cum"], record["eps_rdp_cum"])
-            dice = {"WT": score["dice_WT"], "dice": score["dice_mean_labels"]}
-            self.progress.line(self.printed, dice, spent)
 
 
 def watch(agg: fp.Process, cols: Sequence[fp.Process], deadline: float,
@@ -287,21 +276,15 @@ def watch(agg: fp.Process, cols: Sequence[fp.Process], deadline: float,
         )
 
 
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    """The complete lines of a JSON-lines file the aggregator appends to (none if missing)."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().split("\n")[:-1] if line.strip()]
-
-
-def read_records(save: Path) -> list[dict[str, Any]]:
-    """The privacy records of the released rounds, in order (one line per round)."""
-    return read_lines(save / RECORDS)
-
-
-def read_scores(save: Path) -> dict[int, dict[str, float]]:
-    """{r: validation scores of the global model after r rounds} (OpenFL's round r)."""
-    return {int(line.pop("round")): line for line in read_lines(save / VALIDATION)}
+def read_save(save: Path) -> tuple[list[dict[str, Any]], dict[int, dict[str, float]]]:
+    """The privacy records of the released rounds, in order, and {r: validation scores of the
+    global model after r rounds} (OpenFL's round r): the complete lines of the JSON-lines files
+    the aggregator appends to in `save` (none if missing)."""
+    lines = {}
+    for name in (RECORDS, VALIDATION):
+        text = (save / name).read_text() if (save / name).exists() else ""
+        lines[name] = [json.loads(line) for line in text.split("\n")[:-1] if line.strip()]
+    return lines[RECORDS], {int(line.pop("round")): line for line in lines[VALIDATION]}
 
 
 def rounds_frame(records: Sequence[Mapping[str, Any]],
@@ -319,48 +302,51 @@ def rounds_frame(records: Sequence[Mapping[str, Any]],
     return pd.DataFrame(rows)
 
 
-def not_covered(out: Path, cfg: ServerConfig) -> list[str]:
-    """privacy.json's `not_covered`: each file of `out` but model.pt (privacy.json, about to
-    be written, among them), and why."""
-    written = [f"{name}: {why}" for name, why in NOT_COVERED.items()
-               if name == "privacy.json" or (out / name).exists()]  # fmt: skip
+def not_covered(out: Path, run: Path, cfg: ServerConfig) -> list[str]:
+    """privacy.json's `not_covered`: each file of the run folder `run` but model.pt
+    (privacy.json, about to be written, among them) and each of the launch in `out`, and why."""
+    written = [
+        f"{name}: {why}"
+        for name, why in NOT_COVERED.items()
+        if name == "privacy.json" or (run / name).exists() or (out / name).exists()
+    ]
     paper = list(privacy.PAPER_NOT_COVERED) if cfg.dpmode == "paper" else []
     return written + paper
 
 
-def write_outputs(out: Path, workspace: Path, params: Mapping[str, Any], cfg: ServerConfig,
+def write_outputs(out: Path, run: Path, params: Mapping[str, Any], cfg: ServerConfig,
                   status: str) -> None:  # fmt: skip
-    """rounds.csv, model.pt and privacy.json of the run (module docstring), privacy.json last:
-    its `not_covered` names every file the run wrote, its `extra.deployment` the engine, the
-    launch's `status` and the rounds planned, released and not released."""
-    from dpmed.fets.collaborator import load_numpy_state  # torch: only once a federation ran
+    """rounds.csv, model.pt and privacy.json of the run in `run` (module docstring),
+    privacy.json last: its `not_covered` names every file the launch in `out` wrote, its
+    `extra.deployment` the engine, the launch's `status` and the rounds planned, released and
+    not released."""
+    from dpmed.fets.collaborator import load_numpy_state, model_arguments  # torch: imported here
     from dpmed.fets.run import MODEL
     from dpmed.models import build_model, save_model
 
-    save = workspace / "save"
-    records, scores = read_records(save), read_scores(save)
+    save = out / LAUNCH / "workspace" / "save"
+    records, scores = read_save(save)
+    run.mkdir(parents=True, exist_ok=True)
     if records or scores:
-        write_csv(out / "rounds.csv", rounds_frame(records, scores))
+        write_csv(run / "rounds.csv", rounds_frame(records, scores))
     planned = list(range(1, int(params["rounds"]) + 1))
     released = [int(r["round"]) + 1 for r in records]
     deployment = {"engine": ENGINE, "status": status, "rounds_planned": len(planned),
                   "released_rounds": released,
                   "not_released_rounds": [r for r in planned if r not in released]}  # fmt: skip
     if records:
-        arguments = {"in_channels": len(fets.MODALITIES), "n_classes": len(LABEL_VALUES),
-                     "base_filters": int(params["base_filters"]), "depth": int(params["depth"]),
-                     "norm": params["norm"]}  # fmt: skip
+        arguments = model_arguments(params)
         net = build_model(MODEL, **arguments)
         with np.load(save / RELEASED) as state:
             load_numpy_state(net, {name: state[name] for name in state.files})
-        save_model(out / "model.pt", MODEL, arguments, net)
+        save_model(run / "model.pt", MODEL, arguments, net)
         rejected = sum(int(r["rejected"]) for r in records)
         record = privacy.privacy_record(cfg, len(records), records[-1], rejected)
         record.extra["deployment"] = deployment
-        covers = (f"{privacy.COVERS}: here model.pt and the released models in workspace/save "
-                  "(init.pbuf, last.pbuf, released_model.npz)")  # fmt: skip
-        record = replace(record, covers=covers, not_covered=not_covered(out, cfg))
-        record.write(out / "privacy.json", "fets")
+        covers = (f"{privacy.COVERS}: here model.pt and the released models in {LAUNCH}/"
+                  "workspace/save (init.pbuf, last.pbuf, released_model.npz)")  # fmt: skip
+        record = replace(record, covers=covers, not_covered=not_covered(out, run, cfg))
+        record.write(run / "privacy.json", "fets")
 
 
 def deploy(
@@ -374,28 +360,33 @@ def deploy(
     template: Path = TEMPLATE,
     round_timeout: float = 600.0,
 ) -> dict[str, Any]:
-    """Run one federation (module docstring) in a launch of `out` (`fp.launching`, generated
-    data kept); returns the final processes.json. Raises `FederationProcessError` after
-    writing the outputs when it failed (before touching `out` when another launch holds it)."""
+    """Run one federation (module docstring) in a launch of `out`/openfl (`fp.launching`),
+    its outputs in `out`/<run>; returns the final processes.json. Raises
+    `FederationProcessError` after writing the outputs when it failed (before touching `out`
+    when another launch holds it)."""
     out = Path(out).resolve()
-    with fp.launching(out, [str(out)], keep=["data"]) as record:
+    work, run = out / LAUNCH, out / SPEC.path.format(**wildcards)
+    with fp.launching(work, [str(run)]) as record:
+        for name in RUN_OUTPUTS:  # a run that fails early leaves no older output beside it
+            (run / name).unlink(missing_ok=True)
         noise_seed = job_seed("fets", wildcards) if seeded else None
         cfg = server_config(params, wildcards, noise_seed)
-        sites = site_folders(Path(processed), out / "sites", partitions)
+        sites = {str(p): subset_folder(Path(processed), work / "sites" / str(p), [p])
+                 for p in partitions}  # fmt: skip
         port = fp.free_port()
         plan = fill_plan(yaml.safe_load((template / "plan" / "plan.yaml").read_text()), params,
                          wildcards, cfg, port, round_timeout)  # fmt: skip
         if not plan["network"]["settings"]["use_tls"]:
-            print(f"INSECURE: the OpenFL federation in {out} runs gRPC without TLS or client "
+            print(f"INSECURE: the OpenFL federation in {work} runs gRPC without TLS or client "
                   "authentication (network.settings.use_tls false); the aggregator listens on "
                   f"{plan['network']['settings'].get('bind_addr', '[::]')}:{port}",
                   file=sys.stderr, flush=True)  # fmt: skip
-        workspace = out / "workspace"
+        workspace = work / "workspace"
         make_workspace(workspace, template, plan, sites)
         label = f"openfl {wildcards['aggregator']} {wildcards['dpmode']} eps0={wildcards['eps']}"
         error = run_federation(workspace, record, list(sites), port, timeout,
                                Progress(label, int(params["rounds"])))  # fmt: skip
-        write_outputs(out, workspace, params, cfg, "failed" if error else "complete")
+        write_outputs(out, run, params, cfg, "failed" if error else "complete")
         if error:
             raise error
         record.status = ["complete"]
@@ -413,8 +404,8 @@ def checked_settings(
     appended to its fets grid as the workflow checks a config; raises naming the key (and the
     option) of a bad value."""
     aggregator, dpmode, eps, seed = (wildcards[k] for k in ("aggregator", "dpmode", "eps", "seed"))
-    if dpmode not in AGGREGATORS[aggregator].modes:
-        known = ", ".join(AGGREGATORS[aggregator].modes)
+    if dpmode not in aggregators()[aggregator].modes:
+        known = ", ".join(aggregators()[aggregator].modes)
         raise ConfigError("--dpmode", f"{aggregator} has no DP mode {dpmode!r} (known: {known})")
     config = copy.deepcopy(dict(config))
     config["fets"]["defaults"].update(dict(sets))
@@ -447,7 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partitions", default="1,2,3", help="partition ids, one site each")
     parser.add_argument("--set", type=_value, action="append", default=[], metavar="KEY=VALUE",
                         help="override a fets parameter, e.g. rounds=2")  # fmt: skip
-    private = [name for name in AGGREGATORS if AGGREGATORS[name].private]
+    private = [name for name in aggregators() if aggregators()[name].private]
     parser.add_argument("--aggregator", default="dp_simagg", choices=private)
     parser.add_argument("--dpmode", default="sound", choices=sorted(DP_MODES.names()))
     parser.add_argument("--eps", default="1", help="eps0 per round (wildcard spelling)")
@@ -466,13 +457,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out.resolve()
 
     def launch() -> dict[str, Any]:
-        with fp.launch_lock(out):  # the data stage too
+        with fp.launch_lock(out / LAUNCH):  # the data stage too
             processed = args.processed or synthetic_processed("fets", config["data"]["fets"],
                                                               out / "data")  # fmt: skip
             return deploy(out, processed, params, wildcards, partitions, args.seeded,
                           args.timeout, round_timeout=args.round_timeout)  # fmt: skip
 
-    return fp.finish(out, launch)
+    return fp.finish(out / LAUNCH, launch)
 
 
 if __name__ == "__main__":

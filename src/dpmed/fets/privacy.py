@@ -112,8 +112,8 @@ def privacy_record(
         "noise_source": noise_source(cfg.seed),
         "rejected_updates": rejected,
     }
-    if entry.utility_notes:
-        extra["utility_notes"] = list(entry.utility_notes)
+    if mode.utility_notes:
+        extra["utility_notes"] = list(mode.utility_notes)
     # Fields every DP mode shares.
     common = {
         "adjacency": ADJACENCY,
@@ -140,14 +140,14 @@ def privacy_record(
             epsilon=last["eps_basic_cum"],
             guarantee=mode.guarantee,
             epsilon_by_accountant=by,
-            reasons=[r for r in entry.reasons if r != CLASSIC_SIGMA_REASON or cfg.epsilon0 > 1],
+            reasons=[r for r in mode.reasons if r != CLASSIC_SIGMA_REASON or cfg.epsilon0 > 1],
             not_covered=[*NOT_COVERED, *PAPER_NOT_COVERED],
             **common,
         )
     by = {"basic": last["eps_basic_cum"], "rdp": last["eps_rdp_cum"]}
     extra["calibration"] = cfg.sound_calibration
-    if entry.privacy_extra is not None:
-        extra.update(entry.privacy_extra(last))
+    if entry.rule.privacy_extra is not None:
+        extra.update(entry.rule.privacy_extra(last))
     return PrivacyRecord(
         mechanism=f"{entry.mechanism}; one Gaussian mechanism per round "
         f"({cfg.sound_calibration} calibration)",

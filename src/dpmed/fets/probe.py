@@ -143,10 +143,6 @@ def calibrate(config: Mapping[str, Any], job: Job, eps: float) -> Calibration:
     return Calibration(eps, z, z, spent, ok, f"{chosen} updates/round, {cfg.sound_calibration}")
 
 
-def _data_name(wildcards: Mapping[str, str]) -> str:
-    return "fets"
-
-
 PROBE = StudyProbe(
     parts=(
         ProbePart("collaborators", "fets_collaborators", shared=True),
@@ -154,6 +150,6 @@ PROBE = StudyProbe(
     ),
     probes={"fets_collaborators": probe_collaborators, "fets_server": probe_server},
     calibrate=calibrate,
-    data_name=_data_name,
+    data_name=lambda wildcards: "fets",
     write_data=write_fets,
 )

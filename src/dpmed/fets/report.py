@@ -7,7 +7,7 @@ Tables are split by determinism: `fets_table2.csv` holds what the same config re
 byte for byte (Dice, projected convergence score, simulated time, ε), `fets_resources.csv` the
 measured Table II columns (wall-clock, memory, energy with its method), which vary by machine.
 Method labels and the order of runs come from the aggregator registry
-(`dpmed.fets.aggregation.AGGREGATORS`).
+(`dpmed.fets.aggregation.aggregators`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dpmed.config.grid import wildcards_from_path
 from dpmed.config.wildcards import format_eps, parse_eps
 from dpmed.data.fets import MODALITIES, patients_per_institution, tumour_slice
 from dpmed.fets import selection
-from dpmed.fets.aggregation import AGGREGATORS, DP_MODES, aggregator_mode
+from dpmed.fets.aggregation import DP_MODES, aggregator_mode, aggregators
 from dpmed.fets.brats import DICE_KEYS
 from dpmed.fets.claims import LEARNED_DICE
 from dpmed.fets.grid import aggregator_name, participation_override
@@ -52,11 +52,6 @@ from dpmed.report.style import (
 )
 
 
-def run_key(run_dir: str | Path) -> dict[str, str]:
-    """Wildcards of a run folder results/fets/{aggregator}/{dpmode}/eps{eps}/seed{seed}."""
-    return wildcards_from_path("fets", run_dir)
-
-
 def method_label(key: dict[str, str]) -> str:
     """The registered label, with ε0 for private runs: 'DP-SimAgg paper eps0=1', 'SimAgg'."""
     label = aggregator_mode(key["aggregator"], key["dpmode"]).label
@@ -69,7 +64,7 @@ def _sorted_runs(run_dirs: Sequence[str | Path]) -> list[Path]:
     """Runs by the registered order of (aggregator, dpmode), then ε0, then seed."""
 
     def order(path: Path) -> tuple:
-        k = run_key(path)
+        k = wildcards_from_path("fets", path)
         rank = aggregator_mode(k["aggregator"], k["dpmode"]).order
         return (rank, parse_eps(k["eps"]), int(k["seed"]))
 
@@ -80,7 +75,7 @@ def _run_rows(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
     """Final-round scores, ε and guarantee of every run, one row per run (seed an int)."""
     rows = []
     for run in _sorted_runs(run_dirs):
-        key = run_key(run)
+        key = wildcards_from_path("fets", run)
         m = json.loads((run / "metrics.json").read_text())
         p = json.loads((run / "privacy.json").read_text())
         by = p.get("epsilon_by_accountant", {})
@@ -118,7 +113,8 @@ def table2(run_dirs: Sequence[str | Path], csv_path: str | Path) -> pd.DataFrame
     scores = [c for c in runs.columns if c not in {*keys, "seed", "rule", *PRIVACY, "guarantee"}]
     table = summarize(runs, keys, scores)
     privacy = runs.groupby(keys, sort=False).agg(
-        **{c: (c, "max") for c in PRIVACY}, guarantee=("guarantee", _joined)
+        **{c: (c, "max") for c in PRIVACY},
+        guarantee=("guarantee", lambda values: ", ".join(sorted(set(values)))),
     )
     table = table.join(privacy, on=keys)
     for cell, arm, baseline in (
@@ -133,18 +129,14 @@ def table2(run_dirs: Sequence[str | Path], csv_path: str | Path) -> pd.DataFrame
     return table
 
 
-def _joined(values: pd.Series) -> str:
-    return ", ".join(sorted(set(values)))
-
-
 def resources_table(run_dirs: Sequence[str | Path], csv_path: str | Path) -> pd.DataFrame:
     """Measured resources of every run (Table II's wall-clock, memory, energy rows)."""
     rows = []
     for run in _sorted_runs(run_dirs):
         r = json.loads((run / "resources.json").read_text())
-        gpu = r["peak_gpu_mem_mb"]
+        gpu, key = r["peak_gpu_mem_mb"], wildcards_from_path("fets", run)
         rows.append({
-            "method": method_label(run_key(run)), **run_key(run),
+            "method": method_label(key), **key,
             "wall_clock": r["wall_clock_hms"], "wall_clock_s": r["wall_clock_s"],
             "peak_rss_gb": r["peak_rss_mb"] / 1024.0,
             "peak_gpu_mem_gb": np.nan if gpu is None else gpu / 1024.0,
@@ -162,7 +154,7 @@ def privacy_table(run_dirs: Sequence[str | Path], csv_path: str | Path) -> pd.Da
     and RDP composition (per monitored tensor, and over all tensor mechanisms)."""
     frames = []
     for run in _sorted_runs(run_dirs):
-        key = run_key(run)
+        key = wildcards_from_path("fets", run)
         if not DP_MODES[key["dpmode"]].private:
             continue
         guarantee = json.loads((run / "privacy.json").read_text())["guarantee"]
@@ -181,12 +173,8 @@ def privacy_table(run_dirs: Sequence[str | Path], csv_path: str | Path) -> pd.Da
 
 
 def figure1(processed_dir: str | Path, png_path: str | Path) -> None:
-    """Fig. 1: patients per institution of the partitioning, train and val stacked.
-
-    Args:
-        processed_dir: the processed FeTS folder (splits.csv).
-        png_path: the figure (a .pdf is written next to it).
-    """
+    """Fig. 1 to `png_path` (+ .pdf): patients per institution of the partitioning in the
+    processed FeTS folder's splits.csv, train and val stacked."""
     table = patients_per_institution(Path(processed_dir))
     fig, ax = plt.subplots(figsize=(9, 3.2))
     x = np.arange(len(table))
@@ -212,12 +200,8 @@ LABEL_STYLE = {1: ("NCR (label 1)", "#4daf4a"), 2: ("ED (label 2)", "#ffff33"),
 
 def figure2(processed_dir: str | Path, png_path: str | Path) -> None:
     """Fig. 2: one axial slice of one validation subject (`dpmed.data.fets.tumour_slice`) in
-    the four modalities, plain (top row) and with the BraTS labels overlaid (bottom row).
-
-    Args:
-        processed_dir: the processed FeTS folder.
-        png_path: the figure (a .pdf is written next to it).
-    """
+    the four modalities, plain (top row) and with the BraTS labels overlaid (bottom row), from
+    the processed FeTS folder to `png_path` (+ .pdf)."""
     view = tumour_slice(Path(processed_dir))
     index = np.zeros(view.label.shape, dtype=int)
     for i, value in enumerate(LABEL_STYLE, start=1):
@@ -240,20 +224,21 @@ def figure2(processed_dir: str | Path, png_path: str | Path) -> None:
     save_figure(fig, png_path)
 
 
-def figure3(
+def figure3_from_run(
     selection_csv: str | Path,
-    strategy: str,
-    ids: Sequence[int],
-    participation: float,
-    rounds: int,
+    splits_csv: str | Path,
+    params: dict,
     seed: int,
     png_path: str | Path,
 ) -> None:
     """Fig. 3: chosen collaborators per round for static, randomized and sliding window, over
     max(rounds, 3 cycles) rounds so the fresh permutation of each cycle shows. All three are
-    scheduled by `dpmed.fets.selection` with the run's K, ρ and seed; the run's own
-    selection log must equal the first `rounds` rounds of its strategy (checked)."""
-    ids = sorted(int(i) for i in ids)
+    scheduled by `dpmed.fets.selection` with the run's K (from splits.csv), ρ and seed; the
+    run's own selection log `selection_csv` must equal the first `rounds` rounds of its
+    strategy (checked)."""
+    ids = sorted(int(i) for i in pd.read_csv(splits_csv)["partition_id"].unique())
+    strategy, participation = params["selection"], float(params["participation"])
+    rounds = int(params["rounds"])
     row_of = {c: i for i, c in enumerate(ids)}
     n_collaborators = len(ids)
     shown = max(rounds, 3 * -(-n_collaborators // selection.per_round(n_collaborators,
@@ -300,7 +285,8 @@ def figure4(run_dirs: Sequence[str | Path], png_path: str | Path) -> None:
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.8))
     methods: dict[str, list[pd.DataFrame]] = {}
     for run in _sorted_runs(run_dirs):
-        methods.setdefault(method_label(run_key(run)), []).append(pd.read_csv(run / "rounds.csv"))
+        label = method_label(wildcards_from_path("fets", run))
+        methods.setdefault(label, []).append(pd.read_csv(run / "rounds.csv"))
     for label, seeds in methods.items():
         for ax, (column, _) in zip(axes, panels, strict=True):
             per_round = pd.concat([r.set_index("round")[column] for r in seeds], axis=1)
@@ -325,21 +311,7 @@ def figure4(run_dirs: Sequence[str | Path], png_path: str | Path) -> None:
     save_figure(fig, png_path)
 
 
-def figure3_from_run(
-    selection_csv: str | Path,
-    splits_csv: str | Path,
-    params: dict,
-    seed: int,
-    png_path: str | Path,
-) -> None:
-    """Fig. 3 for a run whose selection log is `selection_csv` (K from splits.csv)."""
-    ids = sorted(int(i) for i in pd.read_csv(splits_csv)["partition_id"].unique())
-    figure3(selection_csv, params["selection"], ids, float(params["participation"]),
-            int(params["rounds"]), seed, png_path)  # fmt: skip
-
-
-# --- the ε0 × collaborators-per-round sweep ---------------------------------------------
-# The fets ε0 × collaborators-per-round sweep: final validation Dice against the per-round
+# --- the ε0 × collaborators-per-round sweep: final validation Dice against the per-round
 # budget ε0 for every aggregator and DP mode, one panel per m (collaborators per round), and its
 # companion table with the noise σ per coordinate of every (mode, m, ε0).
 #
@@ -409,8 +381,8 @@ def runs_frame(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
 def baseline(aggregator: str) -> str | None:
     """The non-private aggregator a DP aggregator adds noise to (`dp_simagg` → `simagg`), or
     None when there is none registered."""
-    name = aggregator.removeprefix("dp_")
-    return name if name != aggregator and name in AGGREGATORS else None
+    name = aggregator.removeprefix(PRIVATE_PREFIX)
+    return name if name != aggregator and name in aggregators() else None
 
 
 def sweep_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -484,13 +456,10 @@ def eps_sweep(run_dirs: Sequence[str | Path], png_path: str | Path, csv_path: st
         ax.set_xlabel("per-round budget eps0")
         ax.set_ylim(-0.02, 1.02)
     axes[0][0].set_ylabel(SWEEP_LABEL)
-    legend = {}
-    for ax in axes[0]:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            legend.setdefault(label, handle)
-    fig.legend(list(legend.values()), list(legend), loc="lower center", fontsize=8,
-               ncol=min(len(legend), 4), frameon=False, bbox_to_anchor=(0.5, -0.12))  # fmt: skip
-    # two lines: one line of this length is wider than a two-panel figure and was cut
+    handles, labels = legend_handles(fig)
+    fig.legend(handles, labels, loc="lower center", fontsize=8, ncol=min(len(labels), 4),
+               frameon=False, bbox_to_anchor=(0.5, -0.12))  # fmt: skip
+    # two lines: one line of this length is wider than a two-panel figure
     fig.suptitle(f"fets: {SWEEP_LABEL} against eps0 after {runs['rounds'].max()} rounds, "
                  f"{runs['n_parameters'].max():,} parameters\nmean over seeds;\n{INTERVAL_METHOD}",
                  fontsize=10, y=1.0, va="bottom")  # fmt: skip

@@ -109,17 +109,13 @@ class ResourceMeter:
     def report(self, simulated_time_s: float) -> dict:
         """resources.json content."""
         totals = self.snapshot()
+        s = int(round(totals.wall_clock_s))
         out = asdict(totals)
         out.update(
             device=str(self.device),
             energy_method=self.energy_method(),
             simulated_time_s=simulated_time_s,
             simulated_time_min=simulated_time_s / 60.0,
-            wall_clock_hms=_hms(totals.wall_clock_s),
+            wall_clock_hms=f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}",
         )
         return out
-
-
-def _hms(seconds: float) -> str:
-    s = int(round(seconds))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"

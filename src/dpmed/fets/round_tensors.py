@@ -7,15 +7,12 @@ against the global tensor o), only norms for clipping and inner products — dis
 tensors at most three times, whatever the rule:
 
 1. `sq_norms`: the float64 squared norms ‖v_i‖² of each tensor, summed directly, so a NaN or
-   infinite entry or an overflowing norm shows (the server screens them,
-   `dpmed.fets.server.screen_round`) and a clipping norm never comes from a difference of large
-   Gram entries.
-2. `gram`: the float64 Gram matrix G of the basis b_0 = c_0 v_0, b_i = c_i v_i − c_0 v_0,
-   b_n = 1 of the clipped vectors c_i v_i (c_i the clip factors, 1 when not clipping). Every
-   vector a rule looks at is a combination Σ_k a_k b_k, and its squared norm is aᵀGa
-   (`squared_norms`). Only the rules that weigh by similarity or estimate Δf need it; taken
-   after clipping, its entries stay of the order of C² however large an update, so neither
-   overflow nor cancellation against a huge update spoils the other collaborators' distances.
+   infinite entry or an overflowing norm shows (the server screens them) and a clipping norm
+   never comes from a difference of large Gram entries.
+2. `gram`: the float64 Gram matrix of a basis of the clipped vectors c_i v_i (c_i the clip
+   factors) and the all-ones vector; every vector a rule looks at is a combination of the
+   basis, its squared norm aᵀGa (`squared_norms`). Only the rules that weigh by similarity or
+   estimate Δf need it; taken after clipping, its entries stay of the order of C².
 3. `combine`: o + Σ β_i v_i + σ·z.
 
 All three walk the model (its tensors in key order, as one flat index space) in blocks, run by
@@ -23,12 +20,11 @@ the block threads (`dpmed.parallel`). The norm and Gram passes copy a block's n 
 the Gram matrix, a row of ones) into one float64 buffer of at most `ROWS` values and take the
 norms (one `einsum`) or the Gram matrix (one BLAS product) there, so a column of the n local
 tensors is read once per pass and no (n, d) or float64 copy of the whole model is made. BLAS
-runs on one thread in the Gram pass: its own threads, started inside each block thread,
-oversubscribe the cores and made the pass many times slower. Block results are summed in
-float64 in block order, so the result does not depend on the number of threads. A noise draw
-from `dpmed.privacy.normals.NormalSource.draw` is filled block by block into a per-thread buffer
-and added there (the blocks then follow the draw's own blocks), so the d noise values are never
-stored.
+runs on one thread in the Gram pass: its own threads, started inside each block thread, would
+oversubscribe the cores. Block results are summed in float64 in block order, so the result does
+not depend on the number of threads. A noise draw from `dpmed.privacy.normals.NormalSource.draw`
+is filled block by block into a per-thread buffer and added there (the blocks then follow the
+draw's own blocks), so the d noise values are never stored.
 """
 
 from __future__ import annotations
@@ -173,8 +169,7 @@ def ones(n: int) -> np.ndarray:
 
 def squared_norms(coeffs: np.ndarray, gram: np.ndarray) -> np.ndarray:
     """‖Σ_k a_k b_k‖² (≥ 0) for each row a of `coeffs`, from the basis Gram matrix: a·G·a as
-    one matrix product (BLAS), then row dots. The three-operand einsum looped in C over all
-    (k, l) for each row: 0.24 s a tensor at 506 collaborators (a privacy audit's canaries)."""
+    one matrix product (BLAS), then row dots."""
     coeffs = np.atleast_2d(coeffs)
     return np.maximum(np.einsum("il,il->i", coeffs @ gram, coeffs), 0.0)
 
@@ -202,11 +197,6 @@ class RoundTensors:
             except ValueError as err:
                 raise ValueError(f"tensor '{name}': {err}") from None
         return cls(groups)
-
-    @classmethod
-    def rows(cls, updates: np.ndarray) -> RoundTensors:
-        """Flattened updates (n, d) as one tensor named "" with origin 0."""
-        return cls({"": TensorGroup.of(list(updates))})
 
     @property
     def n(self) -> int:

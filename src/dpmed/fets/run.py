@@ -40,8 +40,8 @@ from torch import nn
 from dpmed.checkpoint import Checkpoint
 from dpmed.config.grid import common_seed
 from dpmed.data import fets
-from dpmed.fets import privacy, round_clock, selection
-from dpmed.fets.brats import DICE_KEYS, LABEL_VALUES
+from dpmed.fets import collaborator, privacy, round_clock, selection
+from dpmed.fets.brats import DICE_KEYS
 from dpmed.fets.collaborator import Collaborator, LocalTraining, load_numpy_state, state_to_numpy
 from dpmed.fets.grid import server_config
 from dpmed.fets.resources import ResourceMeter, Totals
@@ -137,9 +137,7 @@ class Federation:
         """Mean scores over all validation subjects of all collaborators (each validates
         locally), plus the mean Dice over the labels."""
         scores = [s for col in self.collaborators.values() for s in col.validate(state)]
-        out = {k: float(np.mean([s[k] for s in scores])) for k in scores[0]}
-        out["dice_mean_labels"] = float(np.mean([out[f"dice_label{v}"] for v in LABEL_VALUES]))
-        return out
+        return collaborator.mean_scores(scores)
 
 
 def build_federation(job: JobContext, device: torch.device) -> Federation:
@@ -148,17 +146,7 @@ def build_federation(job: JobContext, device: torch.device) -> Federation:
     training come from the seed block's common seeds (module docstring); the global RNGs (job
     seed) are left as they were."""
     params = job.params
-    training = LocalTraining(
-        local_epochs=float(params["local_epochs"]),
-        lr=float(params["lr"]),
-        batch_size=int(params["batch_size"]),
-        patch_size=tuple(int(p) for p in params["patch_size"]),
-        patches_per_subject=int(params["patches_per_subject"]),
-        hd95=bool(params["hd95"]),
-    )
-    arguments = {"in_channels": 4, "n_classes": len(LABEL_VALUES),
-                 "base_filters": int(params["base_filters"]), "depth": int(params["depth"]),
-                 "norm": params["norm"]}  # fmt: skip
+    training, arguments = LocalTraining.of(params), collaborator.model_arguments(params)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(common_seed("fets", job.wildcards, "init"))
         model = build_model(MODEL, **arguments)
@@ -285,7 +273,7 @@ def write_outputs(
     write_csv(out_dir / "selection.csv", chosen)
     last = rows[-1]
     rounds = int(job.params["rounds"])
-    rejected = int(np.nansum([row.get("rejected", 0) for row in rows]))  # older checkpoints: none
+    rejected = int(np.nansum([row["rejected"] for row in rows]))
     priv = privacy.privacy_record(cfg, rounds, last, rejected)
     priv.write(out_dir / "privacy.json", "fets")
     write_json(out_dir / "resources.json", run_state.meter.report(float(last["sim_time_s"])))

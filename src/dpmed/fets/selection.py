@@ -14,9 +14,7 @@ independently of any data, so the choice itself leaks nothing:
   candidates remain for the m − r padding slots after a tail of r), and two consecutive
   windows cannot both open a cycle. For 2m > K the padding must reuse 2m − K of the previous
   window's collaborators.
-- `randomized`: one permutation drawn once and cycled: round t takes π[(t·m + j) mod K].
-- `static`: the first m collaborators of one permutation, every round.
-- `all`: every collaborator every round (ρ = 1 behaviour).
+- `randomized`, `static` and `all` (their functions say how they choose).
 
 `schedule` returns one `Choice` per round: the chosen ids, the cycle, and which of them came
 from the cycle's own permutation (False for the boundary padding). Strategies are registered in
@@ -59,15 +57,9 @@ STRATEGIES: Registry[Strategy] = Registry("selection strategy")
 def schedule(
     ids: Sequence[int], participation: float, rounds: int, strategy: str, seed: int
 ) -> list[Choice]:
-    """The choices of rounds 1..`rounds` for collaborators `ids` (see the module docstring).
-
-    Args:
-        ids: the collaborators' partition ids.
-        participation: ρ, the fraction chosen per round.
-        rounds: T.
-        strategy: a `STRATEGIES` name.
-        seed: seeds the strategy's generator.
-    """
+    """The choices of rounds 1..T (`rounds`) for the collaborators' partition `ids`, a fraction
+    ρ (`participation`) per round, by the `STRATEGIES` name `strategy` with its generator seeded
+    by `seed` (module docstring)."""
     ids = list(ids)
     m = per_round(len(ids), participation)
     rng = np.random.default_rng(seed)

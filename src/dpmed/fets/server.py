@@ -3,20 +3,15 @@ aggregation rule wrapped by its DP mode (`dpmed.fets.aggregation`, configured by
 `ServerConfig`), and reports the mechanisms it applied.
 
 `Server.aggregate` receives only (collaborator name, state dict of numpy tensors, data-size
-weight) triples and the current global state; data-size weights are normalised to sum 1 over
-the round. Before any rule sees the round, `screen_round` checks it, in the one place the
-simulation and the OpenFL adapter share: a round without collaborators, with weights that are
-not finite, ≥ 0 and of positive sum, or a global model with a non-finite entry raises; a
-collaborator whose update is malformed (a tensor of the global model missing, one it lacks, a
-shape that differs), has a non-finite entry or a norm beyond `MAX_UPDATE_NORM` is rejected,
-logged with the tensor at fault, and counts as a zero update (it contributes the
-global model unchanged, keeps its weight and its place in the count m; docs/privacy.md, "One
-bad collaborator"). An aggregate with a non-finite entry is never returned (`check_model`).
+weight) triples and the current global state. Before any rule sees the round, `screen_round`
+checks it, in the one place the simulation and the OpenFL adapter share: a malformed or
+non-finite update counts as a zero update (docs/privacy.md, "One bad collaborator"), and an
+aggregate with a non-finite entry is never returned (`check_model`).
 
 With a seed (the simulation passes its job seed) noise is drawn from
 `stable_seed("fets-noise", seed, round)`, so a resumed run draws the same noise as an
-uninterrupted one; without one (a deployment) every round's noise comes from fresh OS entropy
-(`dpmed.privacy.mechanisms.secure_generator`), so nobody can regenerate and subtract it.
+uninterrupted one; without one (a deployment) every round's noise comes from fresh OS entropy,
+so nobody can regenerate and subtract it.
 """
 
 from __future__ import annotations

@@ -20,9 +20,8 @@ in-place op after a hooked layer (`inplace=False`, `out = out + identity`), no s
 `width_scale` multiplies the channel widths (1.0 = the published networks; smaller values make
 the tiny smoke models). Each class names the per-sample-gradient engine that is fast for it
 (`grad_sample_mode`: the one-backward book-keeping engine `bk` for both; bench/dp_step.py
-measures it at 1.1–1.6× the non-private step against 2.1–4.1× for Opacus hooks/functorch) and
-its Grad-CAM candidates (`cam_candidates`); `gradcam_layer` picks the deepest feature map that
-is still at least 7×7 at the input size.
+compares it with Opacus hooks/functorch) and its Grad-CAM candidates (`cam_candidates`);
+`gradcam_layer` picks the deepest feature map that is still at least 7×7 at the input size.
 """
 
 from __future__ import annotations
@@ -85,14 +84,8 @@ class BasicBlock(nn.Module):
 
 
 class ResNet18(nn.Module):
-    """ResNet-18 (2-2-2-2 basic blocks, widths 64·s, 128·s, 256·s, 512·s) with GroupNorm.
-
-    Args:
-        in_channels: image channels, 1 or 3.
-        n_classes: output logits.
-        image_size: input side H = W in [28, 224]; below 128 the CIFAR stem.
-        width_scale: s, the channel-width multiplier.
-    """
+    """ResNet-18 (2-2-2-2 basic blocks, widths 64·s, 128·s, 256·s, 512·s with s =
+    `width_scale`) with GroupNorm; the CIFAR stem below `image_size` 128."""
 
     grad_sample_mode = "bk"
 
@@ -101,7 +94,9 @@ class ResNet18(nn.Module):
     ) -> None:
         check_input(in_channels, image_size)
         super().__init__()
-        widths = [_round8(w * width_scale) for w in (64, 128, 256, 512)]
+        widths = [
+            max(GROUPS, round(w * width_scale / GROUPS) * GROUPS) for w in (64, 128, 256, 512)
+        ]
         groups = norm_groups(width_scale)
         if image_size < 128:
             stem = [nn.Conv2d(in_channels, widths[0], 3, 1, 1, bias=False)]
@@ -129,10 +124,6 @@ class ResNet18(nn.Module):
         x = self.stem((x - INPUT_MEAN) / INPUT_STD)
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         return self.fc(torch.flatten(self.pool(x), 1))
-
-
-def _round8(value: float) -> int:
-    return max(GROUPS, int(round(value / GROUPS)) * GROUPS)
 
 
 def feature_sizes(model: nn.Module, in_channels: int, image_size: int) -> dict[str, int]:

@@ -23,14 +23,9 @@ EFFICIENTNET_B0 = [
 
 
 class EfficientNetB0(EfficientNet):
-    """MONAI EfficientNet with the B0 block list, GroupNorm and no in-place swish.
-
-    Args:
-        in_channels: image channels, 1 or 3.
-        n_classes: output logits.
-        image_size: input side H = W in [28, 224] (MONAI's static "same" padding follows it).
-        width_scale: the width coefficient.
-    """
+    """MONAI EfficientNet with the B0 block list, GroupNorm and no in-place swish;
+    `width_scale` is the width coefficient, and MONAI's static "same" padding follows
+    `image_size`."""
 
     grad_sample_mode = "bk"
 

@@ -136,8 +136,17 @@ class InfNet(nn.Module):
             raise ValueError("Inf-Net needs ≥ 2 class logits (background + foreground)")
         widths = stage_widths(width, depth)
         self.backbone = Res2NetBackbone(in_channels, width, depth)
-        if backbone_weights is not None:
-            load_backbone(self.backbone, Path(backbone_weights))
+        if backbone_weights is not None:  # a local state_dict; errors name the file
+            path = Path(backbone_weights)
+            if not path.is_file():
+                raise FileNotFoundError(f"{path}: Inf-Net backbone weights not found")
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            try:
+                self.backbone.load_state_dict(state, strict=True)
+            except RuntimeError as err:
+                raise ValueError(
+                    f"{path}: not a state_dict of this Res2Net backbone: {err}"
+                ) from err
         self.lateral = nn.ModuleList(ConvNormAct(widths[k], width, kernel=1) for k in (-3, -2, -1))
         self.decoder = PartialDecoder(width, n_classes)
         self.edge_feat = ConvNormAct(widths[1], width)
@@ -162,14 +171,3 @@ class InfNet(nn.Module):
             return final
         side = [resize_to(m, x) for m in (maps[-2], maps[-3], global_map)]
         return {"seg": [final, *side], "edge": resize_to(self.edge_out(edge), x)}
-
-
-def load_backbone(backbone: nn.Module, path: Path) -> None:
-    """Load a local backbone state_dict; errors name the file (no download ever happens)."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: Inf-Net backbone weights not found")
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    try:
-        backbone.load_state_dict(state, strict=True)
-    except RuntimeError as err:
-        raise ValueError(f"{path}: not a state_dict of this Res2Net backbone: {err}") from err

@@ -4,11 +4,22 @@
                               [--out results/preflight] [--steps 2] [--timeout 1800]
 
 `--config` files merge as Snakemake's `--configfile` (default config/config.yaml); `--sample`
-probes only a covering subset (every model, method and ε; `cells.sample_cells`). Writes into
+probes only a covering subset (every model, method and ε; `sample_cells`). Writes into
 `--out`: preflight.csv (+ .md, .html), cost.csv (+ .md, .html), cost.png/.pdf, and the probes'
 logs under logs/. Exits 1 when a cell fails: its probe raised or its child died, a σ could not
 be calibrated or gives ε above the target, or its measured peak does not fit the rule's memory
 request with `FIT_MARGIN` (docs/preflight.md).
+
+Distinct cells: a job's cost per step and its memory depend on what it builds and runs, not on
+its seed or its learning rate, and its privacy budget ε changes only the noise multiplier σ (a
+scalar): the tensors, their shapes and the code path are the same at every finite ε. So jobs
+are grouped by a *shape key* and one representative per group is timed and memory-probed; σ is
+still calibrated for every distinct ε of the group (`Cell.eps`), and each cell keeps its own
+rows (σ calibrated for its ε, its own requests checked). What the key keeps, which cells share
+one probe (`probe_key`: cells that differ only in scalars of the same computation) and which
+part of a probe no method changes (`shared_key`) each study's sizing says
+(`dpmed.sizing.StudySizing`, in `<study>/sizing.py`); this module iterates over the study
+registry.
 """
 
 from __future__ import annotations
@@ -19,29 +30,29 @@ import math
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpmed.config.grid import Grid, job_seed
+from dpmed.config.wildcards import parse_eps
 from dpmed.io import write_text
-from dpmed.preflight.cells import (
+from dpmed.job_cost import predicted, request
+from dpmed.preflight.study import (
     CELL_FILE,
+    Calibration,
     Cell,
-    distinct_cells,
-    nearest,
+    calibrate,
     probe_key,
     rule_jobs,
-    sample_cells,
     shared_key,
+    study_probe,
     study_rules,
 )
-from dpmed.preflight.study import study_probe
+from dpmed.sizing import study_sizing
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from dpmed.preflight.calibrate import Calibration
 
 FIT_MARGIN = 1.2  # a peak fits when FIT_MARGIN × peak ≤ the request (20 % headroom)
 DEFAULT_STEPS = 2
@@ -51,13 +62,59 @@ DEFAULT_TIMEOUT = 1800.0  # seconds per probe child
 SHARED_PEAK = ("seg_attack",)
 
 
-def probe_device(config: Mapping[str, Any]) -> str:
-    """The device the probes run on: the config's, `auto` resolved on this machine."""
-    import torch
+def distinct_cells(grid: Grid, studies: Iterable[str] | None = None) -> list[Cell]:
+    """The distinct cells of `grid` (of `studies`; default every study with a probe,
+    `study_rules`), in grid order; every job is in exactly one. A cell's key is that of jobs
+    that build the same tensors and run the same code: the study and its sizing's
+    `shape_key`."""
+    cells: dict[tuple, Cell] = {}
+    for study in study_rules() if studies is None else studies:
+        for job in grid.jobs(study):
+            key = (study, *study_sizing(study).shape_key(job.wc, job.params))
+            cell = cells.setdefault(key, Cell(study, key, job))
+            cell.jobs.append(job)
+    return list(cells.values())
 
-    if config["device"] == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return str(config["device"])
+
+def _features(cell: Cell) -> set[tuple[str, str]]:
+    """What a cell shows the sample: its sizing's `sample_features` (models, methods) and the
+    ε of its jobs."""
+    sizing = study_sizing(cell.study)
+    out: set[tuple[str, str]] = set()
+    for job in cell.jobs:
+        names = [*sizing.sample_features(cell.key[1:], job.wc), f"eps={parse_eps(job.wc['eps']):g}"]
+        out |= {(cell.study, name) for name in names}
+    return out
+
+
+def sample_cells(cells: Sequence[Cell]) -> list[Cell]:
+    """A small subset of `cells` that still shows every model, every method and every ε of
+    each study (`_features`): greedy set cover, taking the cell that adds the most unseen
+    features (ties: grid order); returned in grid order."""
+    missing = set().union(*(_features(c) for c in cells)) if cells else set()
+    chosen: list[Cell] = []
+    while missing:
+        best = max(cells, key=lambda c: len(_features(c) & missing))
+        chosen.append(best)
+        missing -= _features(best)
+    order = {id(c): i for i, c in enumerate(cells)}
+    return sorted(chosen, key=lambda c: order[id(c)])
+
+
+def nearest(cell: Cell, probed: Sequence[Cell]) -> Cell | None:
+    """The probed cell of `cell`'s study most like it: the one whose cost features (what a
+    cell's cost per step depends on, most first: its sizing's `cost_features`) match `cell`'s,
+    feature by feature in order, compared lexicographically (the same dataset first, then
+    model, ...; the first in `probed` on ties); None when no cell of the study was probed."""
+    sizing = study_sizing(cell.study)
+    mine = sizing.cost_features(cell.key[1:], cell.job.params)
+
+    def matches(other: Cell) -> tuple[bool, ...]:
+        theirs = sizing.cost_features(other.key[1:], other.job.params)
+        return tuple(a == b for a, b in zip(mine, theirs, strict=True))
+
+    candidates = [c for c in probed if c.study == cell.study]
+    return max(candidates, key=matches) if candidates else None
 
 
 def prepare_data(config: Mapping[str, Any], cells: Sequence[Cell], folder: Path) -> dict[str, Path]:
@@ -75,13 +132,20 @@ def prepare_data(config: Mapping[str, Any], cells: Sequence[Cell], folder: Path)
 
 
 def run_child(spec: dict[str, Any], work: Path, timeout: float) -> dict[str, Any]:
-    """Run `spec`'s probe in a child process (its own peak memory); a child that dies, or
-    outlives `timeout` seconds, is an error result."""
+    """Run `spec`'s probe in a child process (its own peak memory), its `wall_seconds` added; a
+    child that dies, or outlives `timeout` seconds, is an error result."""
+    start = time.perf_counter()
+    result = _child_result(spec, work, timeout)
+    result["wall_seconds"] = time.perf_counter() - start
+    return result
+
+
+def _child_result(spec: dict[str, Any], work: Path, timeout: float) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     spec_path, result_path = work / "spec.json", work / "result.json"
     result_path.unlink(missing_ok=True)
     write_text(spec_path, json.dumps(spec, default=str))
-    command = [sys.executable, "-m", "dpmed.preflight.probe", str(spec_path), str(result_path)]
+    command = [sys.executable, "-m", "dpmed.preflight.study", str(spec_path), str(result_path)]
     with open(work / "probe.log", "w") as log:
         try:
             code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
@@ -115,12 +179,12 @@ def probe_cell(
     for part in study.parts:
         child = spec | {"probe": part.probe}
         if not part.shared:
-            parts.append((part.folder, _timed_child(child, work / part.folder, timeout), True))
+            parts.append((part.folder, run_child(child, work / part.folder, timeout), True))
             continue
         key = shared_key(cell)
         ran = key not in shared
         if ran:
-            shared[key] = _timed_child(child, work / part.folder, timeout)
+            shared[key] = run_child(child, work / part.folder, timeout)
         parts.append((part.folder, shared[key], ran))
     return _merged(*parts)
 
@@ -150,42 +214,21 @@ def write_cell(
     path: Path, config: Mapping[str, Any], cell: Cell, measures: Mapping[str, Any]
 ) -> None:  # fmt: skip
     """`CELL_FILE`: the representative job (study, wildcards, params, the data section) and
-    its measures, merged over the cell's probes (`dpmed.preflight.points` reads it)."""
+    its measures, merged over the cell's probes (`dpmed.preflight.report.cost_points` reads it)."""
     job = cell.job
     record = {"study": cell.study, "cell": cell.name, "wildcards": job.wc,
               "params": dict(job.params), "data": config["data"], "measures": measures}  # fmt: skip
     write_text(path, json.dumps(record, indent=1, default=str))
 
 
-def _timed_child(spec: dict[str, Any], work: Path, timeout: float) -> dict[str, Any]:
-    start = time.perf_counter()
-    result = run_child(spec, work, timeout)
-    result["wall_seconds"] = time.perf_counter() - start
-    return result
-
-
-def _request(rule: str, config: Mapping[str, Any], job: Any, gpu: bool) -> Any:
-    from dpmed.job_cost import request
-
-    return request(rule, config, job.wc, job.params, gpu=gpu)
-
-
-def _predicted(rule: str, config: Mapping[str, Any], jobs: Sequence[Any]) -> tuple[float, float]:
-    """(peak MB, minutes) the job-cost model predicts, on the CPU it was fitted on and before
-    the request's margins, for the largest and the slowest of `jobs` (NaN: a rule not fitted)."""
-    from dpmed.job_cost import predicted
-
-    costs = [predicted(rule, config, job.wc, job.params) for job in jobs]
-    return max(peak for peak, _ in costs), max(seconds for _, seconds in costs) / 60
-
-
 def cell_rows(
     config: Mapping[str, Any], cell: Cell, calibrations: Sequence[Calibration],
     measures: Mapping[str, Any],
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """preflight.csv's rows of `cell`: one per rule and ε."""
-    from dpmed.config.wildcards import parse_eps
-    from dpmed.preflight.cost import measured_seconds, step_measure
+    """preflight.csv's rows of `cell`: one per rule and ε, with the job-cost model's peak and
+    minutes (on the CPU it was fitted on, before the request's margins) for the largest and the
+    slowest of the rule's jobs at that ε (NaN: a rule not fitted)."""
+    from dpmed.preflight.report import measured_seconds, step_measure
 
     gpu = measures.get("device") == "cuda"
     ok = measures.get("status") == "ok"
@@ -195,8 +238,10 @@ def cell_rows(
             jobs = [j for j in rule_jobs(cell, rule) if parse_eps(j.wc["eps"]) == cal.eps]
             if not jobs:
                 continue
-            req = _request(rule, config, jobs[0], gpu)
-            predicted_peak, predicted_min = _predicted(rule, config, jobs)
+            req = request(rule, config, jobs[0].wc, jobs[0].params, gpu=gpu)
+            costs = [predicted(rule, config, job.wc, job.params) for job in jobs]
+            predicted_peak = max(peak for peak, _ in costs)
+            predicted_min = max(seconds for _, seconds in costs) / 60
             peak = measures.get("peak_rss_mb", math.nan)
             fits = ok and peak * FIT_MARGIN <= req.mem_mb
             if gpu and ok:
@@ -263,7 +308,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="timed training steps per probe (the first is not counted)",
     )
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per probe")
-    return parser.parse_args(argv)  # fmt: skip
+    return parser.parse_args(argv)
 
 
 def preflight_mode(value: bool | str) -> str:
@@ -283,7 +328,7 @@ def preflight_request(
     cells = distinct_cells(grid)
     probed = sample_cells(cells) if sample else cells
     probes = len({probe_key(cell) for cell in probed})
-    mem = max(_request(rule, config, cell.job, gpu).mem_mb
+    mem = max(request(rule, config, cell.job.wc, cell.job.params, gpu=gpu).mem_mb
               for cell in probed for rule in study_rules()[cell.study])  # fmt: skip
     limit = float(config.get("resources", {}).get("max_runtime", math.inf))
     return mem, math.ceil(min(limit, probes * DEFAULT_TIMEOUT / 60))
@@ -301,15 +346,18 @@ def run_preflight(
     requests. Returns the rows of preflight.csv whose status is not ok."""
     import pandas as pd
 
-    # torch, through the runners' setup: kept out of the Snakefile, which imports this module
-    from dpmed.preflight.calibrate import calibrate
+    # pandas and matplotlib: kept out of the Snakefile, which imports this module
     from dpmed.preflight.report import cost_frame, labelled, plot_cost
     from dpmed.report.style import set_scale, write_table
 
     set_scale(config["data"])  # a projection of a synthetic grid is marked as such
     cells = distinct_cells(grid, studies)
     probed = sample_cells(cells) if sample else cells
-    device = probe_device(config)
+    device = str(config["device"])  # the probes' device: `auto` resolved on this machine
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     jobs = sum(len(c.jobs) for c in cells)
     keys = [probe_key(cell) for cell in probed]
     print(f"preflight: {jobs} jobs in {len(cells)} distinct cells; checking {len(probed)} in "

@@ -187,13 +187,6 @@ def _rdp_to_eps(rdp: np.ndarray, orders: np.ndarray, delta: float) -> float:
     return float(np.nanmin(eps))
 
 
-def _history_rdp(history: History, orders: Sequence[float]) -> np.ndarray:
-    return sum(
-        (compute_rdp(q=q, noise_multiplier=s, steps=n, orders=orders) for s, q, n in history),
-        np.zeros(len(orders)),
-    )
-
-
 def _check_delta(delta: float) -> None:
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got delta = {delta}")
@@ -209,7 +202,10 @@ def epsilon(history: History, delta: float, accountant: str = "rdp") -> float:
         return prv_epsilon(history, delta)
     from opacus.accountants.analysis.rdp import get_privacy_spent
 
-    rdp = _history_rdp(history, ORDERS)
+    rdp = sum(
+        (compute_rdp(q=q, noise_multiplier=s, steps=n, orders=ORDERS) for s, q, n in history),
+        np.zeros(len(ORDERS)),
+    )
     return float(get_privacy_spent(orders=list(ORDERS), rdp=list(rdp), delta=delta)[0])
 
 

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 GRAD_SAMPLE_MODES = ("hooks", "functorch", "ghost", "bk")
 # `auto` per model: a fixed table, not a timing taken at run time, so that one config gives one
-# result on a machine whatever its load. From `bench/dp_step.py --quick` (CPU, 1 thread, batch
-# 8 × 1×64×64, width 16, depth 3; median step over the non-private one, engines interleaved):
-# bk (one-backward book-keeping) 1.22–1.37× for every seg model against 1.86–2.20× for hooks,
-# 2.00–2.76× for functorch and 2.50–2.94× for ghost, and its clipped sum equals the per-sample
-# loop (tests/test_bookkeeping.py). Peak memory: bk below hooks except Inf-Net (≈1.16× hooks).
+# result on a machine whatever its load. `bench/dp_step.py --quick` times the engines per seg
+# model: bk (one-backward book-keeping) is the fastest for every one, and its clipped sum
+# equals the per-sample loop (tests/test_bookkeeping.py).
 AUTO_GRAD_SAMPLE_MODE: dict[str, str] = {
     "unet": "bk",
     "unetpp": "bk",

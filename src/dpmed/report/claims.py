@@ -311,13 +311,6 @@ def evidence_files(patterns: Sequence[str], cell: str, shown: Sequence[str]) -> 
     return files
 
 
-def _evidence(claim: Claim, cell: str, shown: Sequence[str]) -> str:
-    files = evidence_files(claim.evidence, cell, shown)
-    if files:
-        return LINK_SEPARATOR.join(files)
-    return "not in this run's report: " + ", ".join(claim.evidence)
-
-
 def evaluate(
     study: str, claims: Sequence[Claim], frame: pd.DataFrame, shown: Sequence[str] = ()
 ) -> pd.DataFrame:
@@ -341,7 +334,9 @@ def evaluate(
                     row[f"{column}_holm"] = adjusted
         for row in cells:
             row["verdict"], row["reason"] = _verdict(row)
-            row["evidence"] = _evidence(claim, row["cell"], shown)
+            files = evidence_files(claim.evidence, row["cell"], shown)
+            missing = "not in this run's report: " + ", ".join(claim.evidence)
+            row["evidence"] = LINK_SEPARATOR.join(files) if files else missing
         rows += cells
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -443,14 +438,6 @@ def claims_evidence(
     }
 
 
-def study_claims(
-    reader: str, inputs: Mapping[str, Sequence[str]]
-) -> tuple[Sequence[Claim], pd.DataFrame]:
-    """A study's claims and observations: its `reader` ("module:function") called with its
-    named input lists."""
-    return resolve(reader)(**inputs)
-
-
 @dataclass(frozen=True)
 class ClaimsTables:
     """A run's claims: per claim (`CLAIM_COLUMNS`) and per claim and cell (`COLUMNS`), and the
@@ -470,24 +457,22 @@ def claims_tables(
 ) -> ClaimsTables:
     """`evaluate` and `claim_verdicts` per study and kind (measured or not), in study order,
     linking the report files among `shown`."""
-    parts: dict[str, list[pd.DataFrame]] = {"claims": [], "cells": [], "measured": [],
-                                            "measured_cells": [], "pairs": [],
-                                            "measured_pairs": []}  # fmt: skip
+    pairs = ["study", *OBSERVATION_COLUMNS]
+    columns = {"claims": CLAIM_COLUMNS, "cells": COLUMNS, "pairs": pairs, "measured": CLAIM_COLUMNS,
+               "measured_cells": COLUMNS, "measured_pairs": pairs}  # fmt: skip
+    parts: dict[str, list[pd.DataFrame]] = {name: [] for name in columns}
     for study, (claims, frame) in studies.items():
-        for measured, name, cell_name, pair_name in (
-            (False, "claims", "cells", "pairs"),
-            (True, "measured", "measured_cells", "measured_pairs"),
+        for measured, names in (
+            (False, ("claims", "cells", "pairs")),
+            (True, ("measured", "measured_cells", "measured_pairs")),
         ):
             kind = [c for c in claims if c.measured == measured]
             if kind:
                 mine = frame[frame["claim"].isin({c.id for c in kind})]
                 cells = evaluate(study, kind, mine, shown)
-                parts[name].append(claim_verdicts(kind, cells))
-                parts[cell_name].append(cells)
-                parts[pair_name].append(mine.assign(study=study))
-    pairs = ["study", *OBSERVATION_COLUMNS]
-    columns = {"claims": CLAIM_COLUMNS, "measured": CLAIM_COLUMNS, "cells": COLUMNS,
-               "measured_cells": COLUMNS, "pairs": pairs, "measured_pairs": pairs}  # fmt: skip
+                tables = (claim_verdicts(kind, cells), cells, mine.assign(study=study))
+                for name, table in zip(names, tables, strict=True):
+                    parts[name].append(table)
     return ClaimsTables(**{
         name: pd.concat(frames, ignore_index=True)[columns[name]] if frames
         else pd.DataFrame(columns=columns[name])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -30,19 +30,18 @@ LABEL_COLOURS = [
 ]
 
 
-def datasets_table(meta_paths: Mapping[str, str | Path], csv_path: str | Path) -> pd.DataFrame:
-    """Concatenate the `counts` rows of each dataset's `meta.json` into one table and write it."""
+def datasets_table(
+    meta: Sequence[str | Path], csv_path: str | Path, datasets: Sequence[str]
+) -> pd.DataFrame:
+    """Concatenate the `counts` rows of each dataset's `meta.json` (`meta`, one per dataset of
+    `datasets`, in order) into one table and write it."""
     rows = []
-    for dataset, path in meta_paths.items():
+    for dataset, path in zip(datasets, meta, strict=True):
         meta = json.loads(Path(path).read_text())
         rows += [{"dataset": dataset, **row} for row in meta["counts"]]
     frame = pd.DataFrame(rows, columns=COUNT_COLUMNS)
     write_table(frame, csv_path)
     return frame
-
-
-def _label_colour_map(labels: list[int]) -> dict[int, str]:
-    return {label: LABEL_COLOURS[i % len(LABEL_COLOURS)] for i, label in enumerate(labels)}
 
 
 def data_overview(processed_dirs: Mapping[str, str | Path], png_path: str | Path) -> None:
@@ -81,7 +80,7 @@ def _overlay(
         image, cmap="gray" if image.ndim == 2 else None, vmin=0, vmax=1, interpolation="nearest"
     )
     labels = sorted(int(v) for v in class_names if int(v) != 0)
-    colours = _label_colour_map(labels)
+    colours = {label: LABEL_COLOURS[i % len(LABEL_COLOURS)] for i, label in enumerate(labels)}
     index = np.zeros(mask.shape, dtype=int)
     for i, label in enumerate(labels, start=1):
         index[mask == label] = i

@@ -28,10 +28,11 @@ from typing import Any
 import pandas as pd
 
 from dpmed.config.grid import wildcards_from_path
+from dpmed.config.wildcards import parse_eps
 from dpmed.io import write_text
 from dpmed.report.style import to_markdown, write_table
 
-# The demo's targets, as docs/demo.md set them for `make demo` (issue 43, item 2).
+# The demo's targets, as docs/demo.md sets them for `make demo`.
 SEG_DICE_TARGET = 0.7  # non-private test Dice of each dataset's learning cell
 DP_SHARE_TARGET = 0.6  # flat DP-SGD at the largest ε keeps this share of the non-private Dice
 # xcal non-DP macro F1 ≥ (1 + 1/K) / 2 (half-way from chance to 1); DP methods F1 > 1/K;
@@ -57,14 +58,6 @@ def _runs(study: str, paths: Iterable[str | Path], read) -> pd.DataFrame:
     """One row per run file: its run folder's wildcards plus what `read(path)` returns."""
     rows = [{**wildcards_from_path(study, path), **read(path)} for path in paths]
     return pd.DataFrame(rows)
-
-
-def _eps(value: str) -> float:
-    return float("inf") if value == "inf" else float(value)
-
-
-def _cell_name(row: Mapping[str, Any], keys: Sequence[str]) -> str:
-    return " ".join(f"eps {row[k]}" if k == "eps" else str(row[k]) for k in keys)
 
 
 def seg_learning_cells(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -126,7 +119,7 @@ def seg_targets(learning: pd.DataFrame) -> list[dict[str, Any]]:
         if flat.empty:
             rows.append(_absent(flat_target, f"{dataset} {model}", "no flat DP cell"))
             continue
-        largest = max(flat["eps"], key=_eps)
+        largest = max(flat["eps"], key=parse_eps)
         flat_dice, flat_seeds = _mean(flat[flat["eps"] == largest], "dice")
         threshold = DP_SHARE_TARGET * dice
         rows.append(_row(flat_target, f"{dataset} {model} flat none eps {largest}", flat_seeds,
@@ -202,12 +195,9 @@ def _fets_row(path: str | Path) -> dict[str, Any]:
     return row
 
 
-def _number(value: float | None) -> float:
-    return float("nan") if value is None else float(value)
-
-
 def _xcal_row(path: str | Path, meta: Mapping[str, dict]) -> dict[str, Any]:
     metrics = _read_json(path)
+    spent = float("nan" if metrics["epsilon"] is None else metrics["epsilon"])
     info = meta[wildcards_from_path("xcal", path)["dataset"]]
     test = [
         c["count"] for c in info["counts"]
@@ -216,7 +206,7 @@ def _xcal_row(path: str | Path, meta: Mapping[str, dict]) -> dict[str, Any]:
     return {
         "f1": metrics["f1"], "classes": int(info["n_classes"]), "chance": 1 / info["n_classes"],
         "n_test": test[0] if test else float("nan"), "road": metrics["road"],
-        "road_random": metrics["road_random"], "eps_spent": _number(metrics["epsilon"]),
+        "road_random": metrics["road_random"], "eps_spent": spent,
     }  # fmt: skip
 
 
@@ -259,9 +249,11 @@ def demo_summary(inputs: Mapping[str, Sequence[str | Path]]) -> tuple[pd.DataFra
     return targets, "\n".join(parts)
 
 
-def write_demo_summary(inputs: Mapping[str, Sequence[str | Path]], md_path: str | Path,
-                       csv_path: str | Path) -> None:  # fmt: skip
-    """Write the summary to `md_path` and its target table to `csv_path` (+ .md, .html)."""
+def write_demo_summary(
+    md_path: str | Path, csv_path: str | Path, **inputs: Sequence[str | Path]
+) -> None:
+    """Write the summary of the named input lists `inputs` (`demo_summary`) to `md_path` and
+    its target table to `csv_path` (+ .md, .html)."""
     targets, text = demo_summary(inputs)
     write_text(md_path, text)
     write_table(targets, csv_path)

@@ -8,7 +8,15 @@ The generated rule calls `workflow/scripts/report_output.py`, which imports the 
 ("module:function") and calls it with the rule's named inputs (lists of paths; names starting
 with `_` are dependencies only), its named outputs (the first file of each: the `.png` of a
 figure, the `.csv` of a table — the writer adds the `.pdf` / the `.md` and `.html`) and its
-params. The report shows a figure's `.png` and a table's `.html` (`dpmed.report.menu`).
+params. The report shows a figure's `.png` and a table's `.html` (`report_item`).
+`summary_inputs` lists the run files of the rule `demo_summary` (`dpmed.report.demo_summary`);
+this module imports neither pandas nor matplotlib: the Snakemake process reads it.
+
+The report's menu sorts subcategories as text (JavaScript `localeCompare`), so `Fig. 10` would
+come before `Fig. 2`. `menu_name` left-pads the number after the kind (`Fig. 2`, `Table 10`)
+with spaces to `NUMBER_WIDTH` digits: a space sorts before every digit (in the browser's
+collation as in code-point order) and HTML collapses runs of spaces, so the menu reads as the
+label and sorts by number.
 """
 
 from __future__ import annotations
@@ -25,14 +33,9 @@ TABLE_EXTS = (".csv", ".md", ".html")
 LINK_SEPARATOR = "; "
 # The writer keyword of an output says what it is.
 EXTS_OF_KEYWORD = {"png_path": FIGURE_EXTS, "csv_path": TABLE_EXTS}
-
-
-def _no_params(jobs: Sequence[Any], config: Mapping[str, Any]) -> dict[str, Any]:
-    return {}
-
-
-def _no_inputs(jobs: Sequence[Any]) -> dict[str, Any]:
-    return {}
+NUMBER_WIDTH = 3  # widest number in a menu label (paper figure / table / section numbers)
+# A plural kind ("Figs. 3-5") is named in the singular so it sorts among its kind.
+_SINGULAR = {"Figs.": "Fig.", "Tables": "Table"}
 
 
 def once_if_jobs(jobs: Sequence[Any]) -> list[dict[str, str]]:
@@ -49,7 +52,7 @@ class ReportOutput:
         files: writer keyword (`png_path` or `csv_path`) → (path stem without extension, caption
             name in the study's captions/); stems may hold wildcards (`{dataset}`).
         subcategory: the paper's figure/table number, the report's menu entry (sorted by
-            number, `dpmed.report.menu`).
+            number, `menu_name`).
         inputs: named inputs for the study's jobs: lists of paths, or functions of the
             wildcards (names starting with `_`: dependencies the writer does not take).
         params: extra writer arguments for the study's jobs and the config.
@@ -60,8 +63,8 @@ class ReportOutput:
     writer: str
     files: Mapping[str, tuple[str, str]]
     subcategory: str
-    inputs: Callable[[Sequence[Any]], Mapping[str, Any]] = _no_inputs
-    params: Callable[[Sequence[Any], Mapping[str, Any]], Mapping[str, Any]] = _no_params
+    inputs: Callable[[Sequence[Any]], Mapping[str, Any]] = lambda jobs: {}
+    params: Callable[[Sequence[Any], Mapping[str, Any]], Mapping[str, Any]] = lambda *_: {}
     wanted: Callable[[Sequence[Any]], list[dict[str, str]]] = once_if_jobs
     constraints: Mapping[str, str] = field(default_factory=dict)
 
@@ -103,3 +106,47 @@ def shown_files(reports: Mapping[str, ReportOutput] | Any, jobs: Sequence[Any]) 
         for values in entry.wanted(jobs)
         for keyword, (stem, _) in entry.files.items()
     ]
+
+
+def menu_name(label: str) -> str:
+    """The subcategory name that puts `label` in numeric order among its kind:
+    `Fig. 2` → `Fig.   2`, `Figs. 3-5` → `Fig.   3-5`; a label without `<kind> <number>`
+    (`§6 results`, `Table II`) is kept."""
+    kind, space, rest = label.partition(" ")
+    number = re.match(r"\d+", rest)
+    if not number:
+        return label
+    padded = number.group().rjust(NUMBER_WIDTH)
+    return f"{_SINGULAR.get(kind, kind)}{space}{padded}{rest[number.end() :]}"
+
+
+def report_item(files: Sequence[str]) -> str:
+    """The file of an output the report shows: a table's `.html` twin (shown inline, where
+    the CSV would only be a download), else the first file (a figure's `.png`)."""
+    html = [f for f in files if f.endswith(".html")]
+    return html[0] if html else files[0]
+
+
+def summary_inputs(jobs: Mapping[str, Sequence[Any]]) -> dict[str, list[str]]:
+    """The run files the demo summary reads, from each study's jobs (`Grid.jobs`): seg
+    metrics.json and the attacked cells' attack.json (as the seg claims read them), fets
+    rounds.csv, xcal metrics.json and the processed meta.json (classes, test-set size) of each
+    xcal dataset."""
+    from dpmed.data.registry import processed_files
+    from dpmed.studies import STUDIES  # the study specs import this module
+
+    seg, xcal = jobs.get("seg", []), jobs.get("xcal", [])
+    seg_claims = STUDIES["seg"].claims
+    datasets = dict.fromkeys(job.wc["dataset"] for job in xcal)
+    return {
+        "seg_metrics": [f"{job.path}/metrics.json" for job in seg],
+        "seg_attacks": seg_claims(seg)["attack_paths"] if seg_claims else [],
+        "fets_rounds": [f"{job.path}/rounds.csv" for job in jobs.get("fets", [])],
+        "xcal_metrics": [f"{job.path}/metrics.json" for job in xcal],
+        "xcal_meta": [
+            path
+            for dataset in datasets
+            for path in processed_files(dataset)
+            if path.endswith("/meta.json")
+        ],  # fmt: skip
+    }

@@ -198,23 +198,25 @@ def plan(pairs: pd.DataFrame, claims: Mapping[str, Sequence[Claim]], cost: Cost)
     return pd.DataFrame(rows, columns=COLUMNS).astype(dict.fromkeys(counts, int))
 
 
-def claims_by_study(studies: Sequence[str]) -> dict[str, Sequence[Claim]]:
-    """Study → its registered claims, for those of `studies` with claims (registry order)."""
-    return {
-        name: registered_claims(claims_reader(name))
-        for name, spec in STUDIES.items()
-        if name in studies and spec.claims
-    }
-
-
 def power_plan(pairs_csv: str, config: Mapping, grid: Grid) -> pd.DataFrame:
-    """The plan of the claims_pairs file `pairs_csv` under the target `config`."""
+    """The plan of the claims_pairs file `pairs_csv` under the target `config`, for the
+    registered claims of its studies (registry order)."""
     text = ["scale", "arm_run", "baseline_run"]
     pairs = pd.read_csv(pairs_csv, dtype=dict.fromkeys(text, str))
     pairs[text] = pairs[text].fillna("")
-    return plan(
-        pairs, claims_by_study(list(dict.fromkeys(pairs["study"]))), grid_cost(config, grid)
-    )
+    claims = {name: registered_claims(claims_reader(name)) for name, spec in STUDIES.items()
+              if name in set(pairs["study"]) and spec.claims}  # fmt: skip
+    return plan(pairs, claims, grid_cost(config, grid))
+
+
+def write_power_plan(pairs: Sequence[str], csv_path: str, target: str) -> None:
+    """results/tables/power_plan.csv (+ .md, .html): the plan of the claims_pairs file
+    `pairs[0]` under the config file `target` (the paper config)."""
+    from dpmed.config.checks import checked_configs
+    from dpmed.report.style import write_table
+
+    _, config, grid = checked_configs("dpmed.report.power", None, [str(target)])
+    write_table(power_plan(pairs[0], config, grid), csv_path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

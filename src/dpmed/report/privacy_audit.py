@@ -32,19 +32,16 @@ MARKERS = {"gradient": "o", "input": "s", "update": "D"}  # by setting; any othe
 VIOLATION_COLOR = "tab:red"
 
 
-def audit_run(record: dict) -> str:
-    """The audited run folder below results/ (`privacy_summary.csv`'s `run`)."""
-    return STUDIES[record["study"]].path.format(**record["wildcards"]).removeprefix("results/")
-
-
 def audit_table(audit_paths: Iterable[str | Path]) -> pd.DataFrame:
     """One row per audit.json, sorted by study, run, setting and decreasing noise scale;
+    `run` is the audited run folder below results/ (`privacy_summary.csv`'s `run`) and
     `violation` is eps_lower > eps_claimed."""
     rows = []
     for path in audit_paths:
         record = json.loads(Path(path).read_text())
         row = {column: record.get(column) for column in AUDIT_COLUMNS}
-        row["run"] = audit_run(record)
+        run = STUDIES[record["study"]].path.format(**record["wildcards"])
+        row["run"] = run.removeprefix("results/")
         row["violation"] = bool(record["eps_lower"] > record["eps_claimed"])
         rows.append(row)
     if not rows:

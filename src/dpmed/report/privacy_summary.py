@@ -14,6 +14,7 @@ import pandas as pd
 
 from dpmed.config.grid import wildcards_from_path
 from dpmed.report.privacy_audit import run_audits
+from dpmed.report.style import write_table
 from dpmed.studies import STUDIES
 
 SUMMARY_COLUMNS = (
@@ -40,23 +41,11 @@ def privacy_summary(
         if rec["guarantee"] == "none":
             continue
         study, run = _run_of(path)
-        row = {
+        row = {key: rec[key] for key in SUMMARY_COLUMNS[2:-2]} | {
             "study": study,
             "run": run,
-            "mechanism": rec["mechanism"],
-            "adjacency": rec["adjacency"],
-            "sampling": rec["sampling"],
-            "accountant": rec["accountant"],
-            "epsilon": rec["epsilon"],
-            "delta": rec["delta"],
-            "target_epsilon": rec["target_epsilon"],
             "noise_multipliers": "; ".join(f"{s:.6g}" for s in rec["noise_multipliers"]),
-            "sample_rate": rec["sample_rate"],
-            "steps": rec["steps"],
-            "guarantee": rec["guarantee"],
             "reasons": "; ".join(rec["reasons"]),
-            "covers": rec["covers"],
-            "privacy_unit": rec["privacy_unit"],
         }
         row.update({f"eps_{k}": v for k, v in rec["epsilon_by_accountant"].items()})
         rows.append(row)
@@ -70,6 +59,14 @@ def privacy_summary(
     accountants = sorted(c for c in frame.columns if c not in SUMMARY_COLUMNS)
     columns = [*SUMMARY_COLUMNS, *accountants]
     return frame[columns].sort_values(["study", "run"]).reset_index(drop=True)
+
+
+def write_privacy_summary(
+    privacy: Sequence[str | Path], audits: Sequence[str | Path], csv_path: str | Path
+) -> None:
+    """results/tables/privacy_summary.csv (+ .md, .html): the `privacy_summary` of the runs'
+    privacy.json files and the audit.json files."""
+    write_table(privacy_summary(privacy, audits), csv_path)
 
 
 def _run_of(path: Path) -> tuple[str, str]:

@@ -20,7 +20,6 @@ batches of `batch_size` (eval mode, GroupNorm: per-image outputs).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +29,14 @@ import torch
 from dpmed.config.grid import common_seed
 from dpmed.io import write_json
 from dpmed.metrics.membership import attack_metrics
+from dpmed.models import load_model
 from dpmed.runtime import JobContext
 from dpmed.seg.data import Split, load_seg_data
 from dpmed.seg.evaluate import morph_output
-from dpmed.seg.inference import load_run_model
 from dpmed.seg.losses import per_sample_loss
 from dpmed.seg.morphology import MorphSpec, parse_morph
 from dpmed.seg.outputs import ATTACK_FILE
-from dpmed.seg.passes import forward_batch_size
+from dpmed.seg.sizing import scoring_batch_size
 
 SCORE = (
     "score = -per_sample_loss (CE + dice_weight*(1 - soft Dice)) of the eval-mode output after "
@@ -64,21 +63,9 @@ def image_losses(
     return np.concatenate(losses) if losses else np.zeros(0)
 
 
-def scoring_batch_size(spec: MorphSpec, params: Mapping[str, Any]) -> int:
-    """Images per scoring pass: 1 under batch-adaptive DP-Morph (its thresholds come from the
-    pass, so each image is scored on its own), else the evaluation's `forward_batch_size`."""
-    if spec.kind == "adaptive" and spec.scope == "batch":
-        return 1
-    return forward_batch_size(params)
-
-
 def _subset(split: Split, index: np.ndarray) -> Split:
     idx = torch.from_numpy(index)
     return Split(split.images[idx], split.masks[idx])
-
-
-def _concat(a: Split, b: Split) -> Split:
-    return Split(torch.cat([a.images, b.images]), torch.cat([a.masks, b.masks]))
 
 
 def run_attack(job: JobContext) -> dict[str, Any]:
@@ -92,10 +79,11 @@ def run_attack(job: JobContext) -> dict[str, Any]:
     device = job.start()
     data = load_seg_data(job.processed_dir, wc["dataset"])
     spec = parse_morph(wc["morph"], tuple(params["quantiles"]))
-    net = load_run_model(job.out_dir, str(device))
+    net = load_model(Path(job.out_dir) / "model.pt", device)
 
     members = data.splits["train"]
-    nonmembers = _concat(data.splits["val"], data.splits["test"])
+    val, test = data.splits["val"], data.splits["test"]
+    nonmembers = Split(torch.cat([val.images, test.images]), torch.cat([val.masks, test.masks]))
     n = min(len(members), len(nonmembers))
     n_cal = int(round(float(params["attack_calibration"]) * n))
     if n_cal < 1 or n - n_cal < 1:

@@ -19,7 +19,7 @@ builds it and the runner's epochs, with canaries added. Three settings:
   training loss (DP-Morph applied as in training) on the image's own mask minus that on the
   shifted mask.
 
-The claimed ε is the run's `seg_privacy_record` for the calibrated σ; `noise_scale` multiplies
+The claimed ε is the run's `privacy_record` for the calibrated σ; `noise_scale` multiplies
 the noise std actually added (the claim unchanged).
 """
 
@@ -165,7 +165,7 @@ def audit_cell(
     # the accountant recorded the σ actually used; the claim is that of the calibrated σ
     history = [(setup.sigma, q, n) for _, q, n in setup.accountant_history()]
     n_train = len(prepared.data.splits["train"])
-    record = seg_run.privacy_record(plan, setup, state, history, n_train)
+    record = seg_run.privacy_record(plan, setup.sigma, state.empty_batches, history, n_train)
     if dirac is not None:
         scores, included = dirac.scores(before, params), dirac.included.numpy()
     else:

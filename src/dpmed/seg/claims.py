@@ -338,34 +338,21 @@ CLAIMS: tuple[Claim, ...] = (
 
 
 _WILDCARDS = ["dataset", "model", "clip", "morph", "eps", "seed"]
-_RUN_COLUMNS = [*_WILDCARDS, "run", "dice", "val_dice", "hd95", "seconds_per_epoch"]
-
-
-def _number(value: float | None) -> float:
-    return np.nan if value is None else float(value)
+_SCORES = ("dice", "val_dice", "hd95")
+_RUN_COLUMNS = [*_WILDCARDS, "run", *_SCORES, "seconds_per_epoch"]
 
 
 def _runs(metrics_paths: Iterable[str | Path]) -> pd.DataFrame:
-    """One row per metrics.json: wildcards, run folder, test Dice and HD95, val Dice, seconds
-    per epoch."""
+    """One row per metrics.json: wildcards, run folder, test Dice and HD95, val Dice (NaN where
+    null), seconds per epoch."""
     rows = []
     for path in metrics_paths:
         metrics = json.loads(Path(path).read_text())
-        rows.append(
-            metrics["wildcards"] | {
-                "run": str(Path(path).parent),
-                "dice": _number(metrics.get("dice")),
-                "val_dice": _number(metrics.get("val_dice")),
-                "hd95": _number(metrics.get("hd95")),
-                "seconds_per_epoch": metrics["train_seconds"] / metrics["epochs"],
-            }
-        )  # fmt: skip
+        scores = {k: np.nan if metrics.get(k) is None else float(metrics[k]) for k in _SCORES}
+        seconds = metrics["train_seconds"] / metrics["epochs"]
+        run = {"run": str(Path(path).parent), "seconds_per_epoch": seconds}
+        rows.append(metrics["wildcards"] | scores | run)
     return pd.DataFrame(rows, columns=_RUN_COLUMNS)
-
-
-def _paper_cells(runs: pd.DataFrame) -> pd.DataFrame:
-    keep = [is_paper_cell(wc) for wc in runs[_WILDCARDS].to_dict("records")]
-    return runs[np.array(keep, dtype=bool)]
 
 
 def _attacks(paths: Iterable[str | Path]) -> pd.DataFrame:
@@ -443,7 +430,7 @@ def _best(runs: pd.DataFrame) -> str | None:
 
 
 def _best_pairs(
-    runs: pd.DataFrame, claim: str, metric: str, arm_kind: str, base_kind: str
+    runs: pd.DataFrame, claim: str, metric: str, arm_kind: str = "fixed", base_kind: str = "none"
 ) -> list[dict]:
     """In each dataset, model, rule and ε: the `arm_kind` morph of best validation Dice against
     the `base_kind` one (morph kinds: none, fixed, adaptive), paired by seed; a pair whose
@@ -554,20 +541,15 @@ def _dice_observations(runs: pd.DataFrame) -> list[dict]:
     rows += paired(public, "seg-infnet-best-nonprivate", "dice", {"model": "infnet"},
                    {"model": "unetpp"}, ["dataset", "clip", "morph", "eps"], UNLEARNED)  # fmt: skip
     for where in ("duke", "covid"):
-        rows += _best_pairs(public, f"seg-morph-raises-nonprivate-dice-{where}", "dice", "fixed",
-                            "none")  # fmt: skip
-    claim = "seg-morph-lowers-nonprivate-hd95-duke"
-    rows += _ratios(_best_pairs(public, claim, "hd95", "fixed", "none"))
-    rows += _ratios(_best_pairs(public, "seg-morph-raises-nonprivate-dice-umn", "dice", "fixed",
-                                "none"))  # fmt: skip
-    rows += _best_pairs(private, "seg-morph-raises-dp-dice-umn", "dice", "fixed", "none")
+        rows += _best_pairs(public, f"seg-morph-raises-nonprivate-dice-{where}", "dice")
+    rows += _ratios(_best_pairs(public, "seg-morph-lowers-nonprivate-hd95-duke", "hd95"))
+    rows += _ratios(_best_pairs(public, "seg-morph-raises-nonprivate-dice-umn", "dice"))
+    rows += _best_pairs(private, "seg-morph-raises-dp-dice-umn", "dice")
     psac = private[private["clip"] == "psac"]
-    claim = "seg-morph-psac-gain-umn"
-    rows += _ratios(_best_pairs(psac, claim, "dice", "fixed", "none"), PSAC_MORPH_RATIO[0])
+    rows += _ratios(_best_pairs(psac, "seg-morph-psac-gain-umn", "dice"), PSAC_MORPH_RATIO[0])
     nsgd = private[private["clip"] == "nsgd"]
-    for claim, metric in (("seg-morph-rescues-nsgd-dice-duke", "dice"),
-                          ("seg-morph-rescues-nsgd-hd95-duke", "hd95")):  # fmt: skip
-        rows += _ratios(_best_pairs(nsgd, claim, metric, "fixed", "none"))
+    rows += _ratios(_best_pairs(nsgd, "seg-morph-rescues-nsgd-dice-duke", "dice"))
+    rows += _ratios(_best_pairs(nsgd, "seg-morph-rescues-nsgd-hd95-duke", "hd95"))
     rows += _morph_pairs(private, "seg-closing-raises-dp-dice", CLOSINGS)
     rows += _best_pairs(runs, "seg-adaptive-above-best-fixed", "dice", "adaptive", "fixed")
     return rows
@@ -596,7 +578,7 @@ def study_observations(
 ) -> tuple[tuple[Claim, ...], pd.DataFrame]:
     """The registered claims and their observations from the seg runs' files."""
     every = _runs(metrics_paths)
-    runs = _paper_cells(every)
+    runs = every[np.array([is_paper_cell(wc) for wc in every.to_dict("records")], dtype=bool)]
     rows = _dice_observations(runs) + _lr_effects(every)
     align = _alignments(alignment_paths)
     others = [rule for rule in RULES if rule != "nsgd"]

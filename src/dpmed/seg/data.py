@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import TensorDataset
 
 from dpmed.data.npz import read_npz
 from dpmed.data.registry import eval_classes as scored_classes
@@ -29,9 +28,6 @@ class Split:
 
     images: torch.Tensor
     masks: torch.Tensor
-
-    def dataset(self) -> TensorDataset:
-        return TensorDataset(self.images, self.masks)
 
     def __len__(self) -> int:
         return len(self.masks)

@@ -17,7 +17,7 @@ from dpmed.data.registry import study_datasets
 from dpmed.errors import ConfigError
 from dpmed.models import MODELS, models_of_kind
 from dpmed.privacy.clipping import CLIP_RULES
-from dpmed.seg.morphology import is_plain, morph_pattern, parse_morph, unsupported
+from dpmed.seg.morphology import is_plain, morph_kind, morph_pattern, parse_morph, unsupported
 
 # The datasets registered for seg, in the order of every per-dataset table and figure.
 SEG_DATASETS = study_datasets("seg")
@@ -44,16 +44,11 @@ AXES = (
 )
 
 
-def clip_pattern() -> str:
-    """The regex of the clip wildcard: a registered rule, optionally with a sweep suffix."""
-    names = "|".join(CLIP_RULES.names())
-    return rf"(?:{names})(?:-C{NUMBER_PATTERN}-lr{NUMBER_PATTERN})?"
-
-
 PATTERNS = {
     "dataset": "|".join(SEG_DATASETS),
     "model": "|".join(SEG_MODELS),
-    "clip": clip_pattern(),
+    # a registered rule, optionally with a sweep suffix
+    "clip": rf"(?:{'|'.join(CLIP_RULES.names())})(?:-C{NUMBER_PATTERN}-lr{NUMBER_PATTERN})?",
     "morph": morph_pattern(),
     "eps": EPS_PATTERN,
     "seed": r"[0-9]+",
@@ -99,6 +94,12 @@ def is_paper_cell(wildcards: Mapping[str, str]) -> bool:
     """A cell of the paper's main grid (Table 3, Figs. 3–5, 8): a plain clip rule and a morph
     without the ablation suffixes (lr × C sweep, quantiles, per-image scope)."""
     return wildcards["clip"] in CLIP_RULES and is_plain(wildcards["morph"])
+
+
+def is_shown_cell(wildcards: Mapping[str, str]) -> bool:
+    """A cell the paper's qualitative figures show (Figs. 6, 9, 10): a main-grid cell without
+    adaptive morphology."""
+    return is_paper_cell(wildcards) and morph_kind(wildcards["morph"]) != "adaptive"
 
 
 def invalid(wc: Mapping[str, str]) -> str | None:

@@ -26,11 +26,6 @@ def split_output(output: object) -> tuple[list[torch.Tensor], torch.Tensor | Non
     raise TypeError(f"unsupported model output {type(output)}")
 
 
-def cross_entropy_per_image(logits: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
-    """Pixel-mean cross-entropy of each image; logits (B,C,H,W), masks (B,H,W) int → [B]."""
-    return F.cross_entropy(logits, masks, reduction="none").flatten(1).mean(dim=1)
-
-
 def soft_dice_per_image(logits: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
     """Mean over classes of the smoothed soft Dice of each image → [B]."""
     probs = logits.softmax(dim=1)
@@ -54,7 +49,8 @@ def per_sample_loss(output: object, masks: torch.Tensor, dice_weight: float = 1.
     maps, edge = split_output(output)
     total = torch.zeros(masks.shape[0], dtype=maps[0].dtype, device=masks.device)
     for logits in maps:
-        total = total + cross_entropy_per_image(logits, masks)
+        # pixel-mean cross-entropy of each image
+        total = total + F.cross_entropy(logits, masks, reduction="none").flatten(1).mean(dim=1)
         if dice_weight:
             total = total + dice_weight * (1.0 - soft_dice_per_image(logits, masks))
     total = total / len(maps)

@@ -69,18 +69,14 @@ ADAPTIVE_NEEDS = f"adaptive DP-Morph needs the multi-class retinal layers of {RE
 
 MORPHS: Registry[Morph] = Registry("morphology")
 MORPHS.add("none", Morph("none"))
-MORPHS.add("open", Morph("fixed", "open", kernels=(3, 5)))
-MORPHS.add("close", Morph("fixed", "close", kernels=(3, 5)))
-MORPHS.add("both", Morph("fixed", "both", kernels=(3, 5)))
-MORPHS.add(
-    "adaptive-v1", Morph("adaptive", "open", datasets=(RETINAL_DATASET,), why=ADAPTIVE_NEEDS)
-)
-MORPHS.add(
-    "adaptive-v2", Morph("adaptive", "both", datasets=(RETINAL_DATASET,), why=ADAPTIVE_NEEDS)
-)
-MORPHS.add(
-    "adaptive-v3", Morph("adaptive", "close", datasets=(RETINAL_DATASET,), why=ADAPTIVE_NEEDS)
-)
+for _operation in OPERATIONS:
+    MORPHS.add(_operation, Morph("fixed", _operation, kernels=(3, 5)))
+# the operation of thick layers per adaptive variant (paper 002 §3.2)
+for _version, _operation in (("v1", "open"), ("v2", "both"), ("v3", "close")):
+    MORPHS.add(
+        f"adaptive-{_version}",
+        Morph("adaptive", _operation, datasets=(RETINAL_DATASET,), why=ADAPTIVE_NEEDS),
+    )
 
 
 def morph_pattern() -> str:
@@ -119,12 +115,14 @@ class MorphSpec:
         return self.name.removeprefix("adaptive-") if self.kind == "adaptive" else self.label
 
 
-def _match(text: str) -> tuple[str, Morph, Mapping[str, str | None]] | None:
+def _match(text: str) -> tuple[str, Morph, Mapping[str, str | None]]:
+    """The registered variant spelling `text`, its entry and the pattern's groups; ValueError
+    when no registered variant spells it."""
     for name, entry in MORPHS.items():
         match = re.fullmatch(entry.pattern(name, groups=True), text)
         if match:
             return name, entry, match.groupdict()
-    return None
+    raise ValueError(f"morph '{text}' is not one of: {morph_pattern()}")
 
 
 def parse_morph(text: str, quantiles: tuple[float, float] = DEFAULT_QUANTILES) -> MorphSpec:
@@ -133,10 +131,7 @@ def parse_morph(text: str, quantiles: tuple[float, float] = DEFAULT_QUANTILES) -
     Raises ValueError for a text no registered variant spells, or quantiles outside
     0 ≤ low ≤ high ≤ 100.
     """
-    found = _match(text)
-    if found is None:
-        raise ValueError(f"morph '{text}' is not one of: {morph_pattern()}")
-    name, entry, groups = found
+    name, entry, groups = _match(text)
     if entry.kind == "none":
         return MorphSpec(name, "none")
     if entry.kind == "fixed":
@@ -156,33 +151,26 @@ def parse_morph(text: str, quantiles: tuple[float, float] = DEFAULT_QUANTILES) -
 
 def morph_kind(morph: str) -> str:
     """The kind (`none`, `fixed`, `adaptive`) of a `morph` wildcard."""
-    found = _match(morph)
-    if found is None:
-        raise ValueError(f"morph '{morph}' is not one of: {morph_pattern()}")
-    return found[1].kind
+    return _match(morph)[1].kind
 
 
 def is_plain(morph: str) -> bool:
     """Whether a `morph` wildcard has none of the adaptive options (`-qL-H`, `-s`): a variant
     of the paper's main grid."""
-    found = _match(morph)
-    return found is not None and (found[1].kind != "adaptive" or morph == found[0])
+    name, entry, _ = _match(morph)
+    return entry.kind != "adaptive" or morph == name
 
 
 def has_quantiles(morph: str) -> bool:
     """Whether a `morph` wildcard sets its own adaptive quantiles (`-qL-H`)."""
-    found = _match(morph)
-    return found is not None and found[2].get("low") is not None
+    return _match(morph)[2].get("low") is not None
 
 
 def unsupported(morph: str, dataset: str) -> str | None:
     """Why `morph` cannot run on `dataset` (None when it can)."""
-    found = _match(morph)
-    if found is None:
-        return f"morph '{morph}' is not one of: {morph_pattern()}"
-    entry = found[1]
+    name, entry, _ = _match(morph)
     if entry.datasets is not None and dataset not in entry.datasets:
-        return entry.why or f"morph '{found[0]}' runs on {', '.join(entry.datasets)} only"
+        return entry.why or f"morph '{name}' runs on {', '.join(entry.datasets)} only"
     return None
 
 

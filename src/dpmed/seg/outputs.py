@@ -13,7 +13,7 @@ from dpmed.data.registry import processed_files
 from dpmed.errors import ConfigError
 from dpmed.registry import Registry
 from dpmed.report.outputs import ReportOutput, report_targets
-from dpmed.seg.grid import SEG_DATASETS, attacked, clip_overrides, is_paper_cell
+from dpmed.seg.grid import SEG_DATASETS, attacked, clip_overrides, is_paper_cell, is_shown_cell
 from dpmed.seg.morphology import has_quantiles, morph_kind, parse_morph
 
 # The paper figure comparing the clip rules on each paper dataset (Figs. 3–5); a dataset
@@ -39,7 +39,7 @@ RUN_FILES = (
     "config.json",
 )
 ATTACK_FILE = "attack.json"
-# Fig. 12 shows the paper's adaptive variant v2 (= dpmed.seg.report.adaptive.LAYER_VARIANT).
+# Fig. 12 shows the paper's adaptive variant v2.
 LAYER_VARIANT = "adaptive-v2"
 
 
@@ -104,7 +104,7 @@ class Need:
 
 _NO_SWEEP = "a block without `sweep` whose morphs include"
 # A cell the paper's qualitative figures show: plain clip rule, no or fixed morphology.
-_shown_cell = _any_cell(lambda wc: _plain_clip(wc) and morph_kind(wc["morph"]) != "adaptive")
+_shown_cell = _any_cell(is_shown_cell)
 NEEDS: dict[str, Need] = {
     "paper": Need(
         lambda jobs: bool(main_datasets(jobs)),
@@ -158,10 +158,6 @@ def processed_data(jobs: Sequence[Any]) -> list[str]:
     return [f for d in datasets_of(jobs) for f in processed_files(d)]
 
 
-def _per_main_dataset(jobs: Sequence[Any]) -> list[dict[str, str]]:
-    return [{"fig": DATASET_FIGURE[d], "dataset": d} for d in main_datasets(jobs)]
-
-
 def _dataset_param(jobs: Sequence[Any], config: Mapping[str, Any]) -> dict[str, Any]:
     return {"dataset": lambda wc: wc.dataset}
 
@@ -195,9 +191,13 @@ def _refuse(name: str, need: str) -> Callable[[Any], list[str]]:
     return refuse
 
 
-def _add(name: str, need: str, output: ReportOutput) -> None:
-    """Register table/figure rule `name`, asked for only when the grid meets `need`; named as
-    a target of a grid that does not, its input function stops the DAG before any job runs."""
+def _add(
+    name: str, need: str, writer: str, files: dict[str, tuple[str, str]], label: str, **options: Any
+) -> None:
+    """Register table/figure rule `name` (`ReportOutput` of `writer` in dpmed.seg.report,
+    `files`, `label` and `options`), asked for only when the grid meets `need`; named as a
+    target of a grid that does not, its input function stops the DAG before any job runs."""
+    output = ReportOutput(f"{_WRITERS}.{writer}", files, label, **options)
 
     def wanted(jobs: Sequence[Any]) -> list[dict[str, str]]:
         return output.wanted(jobs) if NEEDS[need].met(jobs) else []
@@ -212,178 +212,145 @@ def _add(name: str, need: str, output: ReportOutput) -> None:
 _add(
     "seg_main_table",
     "paper",
-    ReportOutput(
-        f"{_WRITERS}.main:write_main_table",
-        {"csv_path": ("results/tables/seg_main_{dataset}", "seg_main")},
-        "Table 3",
-        inputs=lambda jobs: {"metrics_paths": lambda wc: paper_metrics(jobs, wc.dataset)},
-        params=_dataset_param,
-        wanted=lambda jobs: [{"dataset": d} for d in main_datasets(jobs)],
-        constraints=_DATASET,
-    ),
+    "main:write_main_table",
+    {"csv_path": ("results/tables/seg_main_{dataset}", "seg_main")},
+    "Table 3",
+    inputs=lambda jobs: {"metrics_paths": lambda wc: paper_metrics(jobs, wc.dataset)},
+    params=_dataset_param,
+    wanted=lambda jobs: [{"dataset": d} for d in main_datasets(jobs)],
+    constraints=_DATASET,
 )
 _add(
     "seg_clipping_figure",
     "paper",
-    ReportOutput(
-        f"{_WRITERS}.main:clipping_figure",
-        {"png_path": ("results/figures/seg_{fig}_{dataset}", "seg_clipping")},
-        "Figs. 3-5",
-        inputs=lambda jobs: {"metrics_paths": lambda wc: paper_metrics(jobs, wc.dataset)},
-        params=_dataset_param,
-        wanted=_per_main_dataset,
-        constraints={"fig": "|".join(dict.fromkeys(DATASET_FIGURE.values())), **_DATASET},
-    ),
+    "main:clipping_figure",
+    {"png_path": ("results/figures/seg_{fig}_{dataset}", "seg_clipping")},
+    "Figs. 3-5",
+    inputs=lambda jobs: {"metrics_paths": lambda wc: paper_metrics(jobs, wc.dataset)},
+    params=_dataset_param,
+    wanted=lambda jobs: [{"fig": DATASET_FIGURE[d], "dataset": d} for d in main_datasets(jobs)],
+    constraints={"fig": "|".join(dict.fromkeys(DATASET_FIGURE.values())), **_DATASET},
 )
 _add(
     "seg_training_time_figure",
     "paper",
-    ReportOutput(
-        f"{_WRITERS}.main:training_time_figure",
-        {"png_path": ("results/measured/seg_fig8_training_time", "seg_fig8")},
-        "Fig. 8",
-        inputs=lambda jobs: {
-            "metrics_paths": [f for d in main_datasets(jobs) for f in paper_metrics(jobs, d)]
-        },
-    ),
+    "main:training_time_figure",
+    {"png_path": ("results/measured/seg_fig8_training_time", "seg_fig8")},
+    "Fig. 8",
+    inputs=lambda jobs: {
+        "metrics_paths": [f for d in main_datasets(jobs) for f in paper_metrics(jobs, d)]
+    },
 )
 _add(
     "seg_examples_figure",
     "paper",
-    ReportOutput(
-        f"{_WRITERS}.visual:examples_figure",
-        {"png_path": ("results/figures/seg_fig1_examples", "seg_fig1")},
-        "Fig. 1",
-        inputs=lambda jobs: {"_data": processed_data(jobs)},
-        params=lambda jobs, config: {"processed_dirs": processed_dirs(jobs)},
-    ),
+    "visual:examples_figure",
+    {"png_path": ("results/figures/seg_fig1_examples", "seg_fig1")},
+    "Fig. 1",
+    inputs=lambda jobs: {"_data": processed_data(jobs)},
+    params=lambda jobs, config: {"processed_dirs": processed_dirs(jobs)},
 )
 _add(
     "seg_visual_figure",
     "shown",
-    ReportOutput(
-        f"{_WRITERS}.visual:visual_figure",
-        {"png_path": ("results/figures/seg_fig6_visual", "seg_fig6")},
-        "Fig. 6",
-        inputs=_data_and_models,
-        params=_processed,
-    ),
+    "visual:visual_figure",
+    {"png_path": ("results/figures/seg_fig6_visual", "seg_fig6")},
+    "Fig. 6",
+    inputs=_data_and_models,
+    params=_processed,
 )
 _add(
     "seg_attack_report",
     "attacked",
-    ReportOutput(
-        f"{_WRITERS}.attack:attack_report",
-        {
-            "png_path": ("results/figures/seg_fig9_attack", "seg_fig9"),
-            "csv_path": ("results/tables/seg_attack", "seg_attack"),
-        },
-        "Fig. 9",
-        inputs=lambda jobs: {"attack_paths": run_files(attacked(jobs), ATTACK_FILE)},
-    ),
+    "attack:attack_report",
+    {
+        "png_path": ("results/figures/seg_fig9_attack", "seg_fig9"),
+        "csv_path": ("results/tables/seg_attack", "seg_attack"),
+    },
+    "Fig. 9",
+    inputs=lambda jobs: {"attack_paths": run_files(attacked(jobs), ATTACK_FILE)},
 )
 _add(
     "seg_morph_effect_figure",
     "fixed",
-    ReportOutput(
-        f"{_WRITERS}.visual:morph_effect_figure",
-        {"png_path": ("results/figures/seg_fig10_morph_effect", "seg_fig10")},
-        "Fig. 10",
-        inputs=_data_and_models,
-        params=_processed,
-    ),
+    "visual:morph_effect_figure",
+    {"png_path": ("results/figures/seg_fig10_morph_effect", "seg_fig10")},
+    "Fig. 10",
+    inputs=_data_and_models,
+    params=_processed,
 )
 _add(
     "seg_rule_table",
     "paper",
-    ReportOutput(
-        f"{_WRITERS}.privacy:write_clip_rule_table",
-        {"csv_path": ("results/tables/seg_table1_clip_rules", "seg_table1")},
-        "Table 1",
-    ),
+    "privacy:write_clip_rule_table",
+    {"csv_path": ("results/tables/seg_table1_clip_rules", "seg_table1")},
+    "Table 1",
 )
 _add(
     "seg_alignment_figure",
     "private_paper",
-    ReportOutput(
-        f"{_WRITERS}.alignment:alignment_figure",
-        {"png_path": ("results/figures/seg_fig7_alignment", "seg_fig7")},
-        "Fig. 7",
-        inputs=lambda jobs: {
-            "alignment_paths": [f"{run}/{ALIGNMENT}" for run in private_runs(jobs)]
-        },
-    ),
+    "alignment:alignment_figure",
+    {"png_path": ("results/figures/seg_fig7_alignment", "seg_fig7")},
+    "Fig. 7",
+    inputs=lambda jobs: {"alignment_paths": [f"{run}/{ALIGNMENT}" for run in private_runs(jobs)]},
 )
 _add(
     "seg_privacy_table",
     "private",
-    ReportOutput(
-        f"{_WRITERS}.privacy:write_seg_privacy_table",
-        {"csv_path": ("results/tables/seg_privacy", "seg_privacy")},
-        "sound vs paper",
-        inputs=lambda jobs: {"privacy_paths": run_files(jobs, "privacy.json")},
-    ),
+    "privacy:write_seg_privacy_table",
+    {"csv_path": ("results/tables/seg_privacy", "seg_privacy")},
+    "sound vs paper",
+    inputs=lambda jobs: {"privacy_paths": run_files(jobs, "privacy.json")},
 )
 _add(
     "seg_lr_clip_figure",
     "sweep",
-    ReportOutput(
-        f"{_WRITERS}.ablation:lr_clip_report",
-        {
-            "png_path": ("results/figures/seg_fig2_lr_clip", "seg_fig2"),
-            "csv_path": ("results/tables/seg_fig2_lr_clip", "seg_fig2_table"),
-        },
-        "Fig. 2",
-        inputs=lambda jobs: {"metrics_paths": run_files(jobs, "metrics.json")},
-    ),
+    "ablation:lr_clip_report",
+    {
+        "png_path": ("results/figures/seg_fig2_lr_clip", "seg_fig2"),
+        "csv_path": ("results/tables/seg_fig2_lr_clip", "seg_fig2_table"),
+    },
+    "Fig. 2",
+    inputs=lambda jobs: {"metrics_paths": run_files(jobs, "metrics.json")},
 )
 _add(
     "seg_quantile_table",
     "quantiles",
-    ReportOutput(
-        f"{_WRITERS}.ablation:write_quantile_table",
-        {"csv_path": ("results/tables/seg_table2_quantiles", "seg_table2")},
-        "Table 2",
-        inputs=lambda jobs: {"metrics_paths": run_files(jobs, "metrics.json")},
-        params=lambda jobs, config: {"quantiles": config["seg"]["defaults"]["quantiles"]},
-    ),
+    "ablation:write_quantile_table",
+    {"csv_path": ("results/tables/seg_table2_quantiles", "seg_table2")},
+    "Table 2",
+    inputs=lambda jobs: {"metrics_paths": run_files(jobs, "metrics.json")},
+    params=lambda jobs, config: {"quantiles": config["seg"]["defaults"]["quantiles"]},
 )
 _add(
     "seg_adaptive_figure",
     "adaptive",
-    ReportOutput(
-        f"{_WRITERS}.adaptive:adaptive_figure",
-        {"png_path": ("results/figures/seg_fig11_adaptive", "seg_fig11")},
-        "Fig. 11",
-        inputs=lambda jobs: {"metrics_paths": run_files(jobs, "metrics.json")},
-    ),
+    "adaptive:adaptive_figure",
+    {"png_path": ("results/figures/seg_fig11_adaptive", "seg_fig11")},
+    "Fig. 11",
+    inputs=lambda jobs: {"metrics_paths": run_files(jobs, "metrics.json")},
 )
 _add(
     "seg_layer_figure",
     "layers",
-    ReportOutput(
-        f"{_WRITERS}.adaptive:layer_figure",
-        {"png_path": ("results/figures/seg_fig12_layers", "seg_fig12")},
-        "Fig. 12",
-        inputs=lambda jobs: {"_runs": run_files(jobs, HISTORY, MORPH_LOG)},
-        params=lambda jobs, config: {"run_dirs": [job.path for job in jobs]},
-    ),
+    "adaptive:layer_figure",
+    {"png_path": ("results/figures/seg_fig12_layers", "seg_fig12")},
+    "Fig. 12",
+    inputs=lambda jobs: {"_runs": run_files(jobs, HISTORY, MORPH_LOG)},
+    params=lambda jobs, config: {"run_dirs": [job.path for job in jobs]},
 )
-
 _add(
     "seg_privacy_utility_figure",
     "private_paper",
-    ReportOutput(
-        f"{_WRITERS}.privacy_utility:privacy_utility_report",
-        {
-            "png_path": ("results/figures/seg_privacy_utility", "seg_privacy_utility"),
-            "csv_path": ("results/tables/seg_privacy_utility", "seg_privacy_utility"),
-        },
-        "privacy vs utility",
-        inputs=lambda jobs: {
-            "metrics_paths": [f for d in main_datasets(jobs) for f in paper_metrics(jobs, d)]
-        },
-    ),
+    "main:privacy_utility_report",
+    {
+        "png_path": ("results/figures/seg_privacy_utility", "seg_privacy_utility"),
+        "csv_path": ("results/tables/seg_privacy_utility", "seg_privacy_utility"),
+    },
+    "privacy vs utility",
+    inputs=lambda jobs: {
+        "metrics_paths": [f for d in main_datasets(jobs) for f in paper_metrics(jobs, d)]
+    },
 )
 
 

@@ -1,4 +1,5 @@
-"""The privacy of a seg run: its privacy.json record, and the paper's recipe recomputed for it.
+"""The privacy of a seg run: what its privacy.json record (`dpmed.seg.run.privacy_record`)
+covers, and the paper's recipe recomputed for it.
 
 Our recipe: DP-SGD facts with ε from both RDP and PRV for the same (σ, q, steps), or guarantee
 "none" for non-private runs; adaptive DP-Morph with batch-level thresholds is labelled
@@ -21,9 +22,7 @@ from typing import Any
 
 from dpmed.privacy import accounting
 from dpmed.privacy.clipping import CLIP_RULES, ClipRule
-from dpmed.privacy.mechanisms import NOISE_SEEDED
-from dpmed.privacy.record import PrivacyRecord
-from dpmed.seg.morphology import MorphSpec, morph_kind
+from dpmed.seg.morphology import morph_kind
 from dpmed.seg.outputs import ALIGNMENT, ATTACK_FILE, HISTORY, MORPH_LOG
 
 COVERS = (
@@ -50,83 +49,6 @@ NOT_COVERED = (
     "does not protect (it protects training images only)",
     "the job log (logs/seg_train/...): its progress lines print each epoch's training loss",
 )
-
-
-def seg_privacy_record(
-    private: bool,
-    params: Mapping[str, Any],
-    rule: ClipRule,
-    spec: MorphSpec,
-    q: float,
-    sigma: float | None,
-    target_eps: float,
-    empty_batches: int,
-    mode: str,
-    history: list[tuple[float, float, int]],
-    n_train: int,
-) -> PrivacyRecord:
-    """The privacy.json record of a finished seg run.
-
-    Args:
-        private: whether the run used DP-SGD.
-        params: the job's hyperparameters (batch_size, delta, accountant).
-        rule: its clipping rule and constants.
-        spec: its DP-Morph.
-        q: the Poisson sampling rate.
-        sigma: the calibrated noise multiplier (None for non-private runs).
-        target_eps: the configured ε.
-        empty_batches: how many sampled batches were empty (noise-only steps).
-        mode: the per-sample-gradient mode used.
-        history: the accountant's (σ, q, steps) history.
-        n_train: the training set size.
-    """
-    adjacency = "sample-level (add/remove one image)"
-    if not private:
-        return PrivacyRecord.non_private(
-            "none: non-private training (no clipping, no noise)",
-            adjacency,
-            "fixed-size",
-            extra={"batch_size": int(params["batch_size"])},
-        )
-    delta = float(params["delta"])
-    by_acc = {name: accounting.epsilon(history, delta, name) for name in accounting.ACCOUNTANTS}
-    reasons = []
-    if spec.kind == "adaptive" and spec.scope == "batch":
-        reasons.append(
-            "adaptive DP-Morph with batch-level thresholds (paper 002 §3.2): each image's "
-            "morphology depends on the other images of the batch, so one image can change "
-            "every per-sample gradient and the sensitivity C of the sum does not hold; "
-            "the morph variant adaptive-vN-s uses the per-image (sound) policy "
-            "(docs/privacy.md, finding 11)"
-        )
-    return PrivacyRecord(
-        mechanism=f"DP-SGD, Poisson-subsampled Gaussian, {rule.name} clipping "
-        "(per-sample scale factors, every scaled gradient norm ≤ C, noise std σ·C)",
-        adjacency=adjacency,
-        sampling="poisson",
-        accountant=params["accountant"],
-        epsilon=by_acc[params["accountant"]],
-        delta=delta,
-        guarantee="paper-approximation" if reasons else "dp",
-        clip_norm=rule.clip_norm,
-        sample_rate=q,
-        steps=int(sum(n for _, _, n in history)),
-        noise_multipliers=[float(sigma)],
-        target_epsilon=target_eps,
-        epsilon_by_accountant=by_acc,
-        reasons=reasons,
-        covers=COVERS,
-        not_covered=list(NOT_COVERED),
-        extra={
-            "clip_rule": rule.name,
-            "autos_gamma": rule.gamma,
-            "r": rule.r,
-            "grad_sample_mode": mode,
-            "expected_batch_size": q * n_train,
-            "empty_batches": empty_batches,
-            "noise_source": NOISE_SEEDED,
-        },
-    )
 
 
 # Inf-Net's public training loop (MyTrain_LungInf.py) rescales each sampled batch to the

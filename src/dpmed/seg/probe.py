@@ -27,10 +27,10 @@ from dpmed.preflight.study import (
 )
 from dpmed.privacy import accounting
 from dpmed.seg import run as seg_run
-from dpmed.seg.attack import image_losses, scoring_batch_size
+from dpmed.seg.attack import image_losses
 from dpmed.seg.data import SPLITS, SegData, Split
 from dpmed.seg.evaluate import evaluate
-from dpmed.seg.passes import forward_batch_size
+from dpmed.seg.sizing import forward_batch_size, scoring_batch_size
 
 
 def seg_data(

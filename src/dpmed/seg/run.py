@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, TensorDataset
 
 from dpmed.checkpoint import Checkpoint
 from dpmed.config.grid import common_seed
@@ -45,18 +45,18 @@ from dpmed.models import build_model, model_arguments, save_model
 from dpmed.privacy import accounting
 from dpmed.privacy.clipping import ClipRule
 from dpmed.privacy.grad_sample_mode import resolve_grad_sample_mode
+from dpmed.privacy.mechanisms import NOISE_SEEDED
 from dpmed.privacy.record import PrivacyRecord
 from dpmed.runtime import JobContext, Progress
-from dpmed.seg.alignment import AlignmentLog
 from dpmed.seg.data import SegData, load_seg_data
+from dpmed.seg.diagnostics import MORPH_COLUMNS, AlignmentLog, MorphLog
 from dpmed.seg.evaluate import evaluate, morph_output
 from dpmed.seg.grid import STRUCTURE_DATASETS, clip_rule, invalid
 from dpmed.seg.losses import per_sample_loss
-from dpmed.seg.morph_log import MORPH_COLUMNS, MorphLog
 from dpmed.seg.morphology import MorphSpec, parse_morph
 from dpmed.seg.outputs import ALIGNMENT, HISTORY, MORPH_LOG
-from dpmed.seg.passes import forward_batch_size
-from dpmed.seg.privacy import seg_privacy_record
+from dpmed.seg.privacy import COVERS, NOT_COVERED
+from dpmed.seg.sizing import forward_batch_size
 from dpmed.tracking import tracker
 
 if TYPE_CHECKING:
@@ -67,27 +67,26 @@ def run(job: JobContext) -> dict[str, Any]:
     """Run (or resume) one seg job and write its outputs; returns the metrics dict."""
     checkpoint = job.checkpoint("seg")
     prepared = prepare(job, checkpoint=checkpoint)
-    device, data, plan, net = prepared.device, prepared.data, prepared.plan, prepared.net
-    state, setup = prepared.state, prepared.setup
-    job.write_config("seg", device)
+    plan, state, setup = prepared.plan, prepared.state, prepared.setup
+    job.write_config("seg", prepared.device)
     progress = Progress(f"seg {'/'.join(job.wildcards.values())}", plan.epochs, state.epoch)
-    net.train()
+    prepared.net.train()
     with tracker(job.out_dir, job.tensorboard, "epoch", state.epoch) as board:
         for epoch in range(state.epoch, plan.epochs):
             t0 = time.perf_counter()
-            losses = train_epoch(setup, plan, state, epoch, device)
+            losses = train_epoch(setup, plan, state, epoch, prepared.device)
             seconds = time.perf_counter() - t0
             state.train_seconds += seconds
-            row = epoch_row(net, plan, data, device, setup, epoch, losses, seconds)
+            row = epoch_row(prepared, epoch, losses, seconds)
             state.history.append(row)
             state.morph_log.close_epoch(epoch + 1)
             state.epoch = epoch + 1
             epsilon = None if setup.dp is None else row["epsilon"]
             progress.line(epoch + 1, {"loss": row["loss"], "val_dice": row["val_dice"]}, epsilon)
-            checkpoint.save(state.saved(net, prepared.optimizer, prepared.generator, setup))
+            checkpoint.save(prepared.saved())
             board.log(row)
-    metrics = final_metrics(net, plan, data, device, job, state)
-    write_outputs(job, plan, setup, state, metrics, net, prepared.arguments)
+    metrics = final_metrics(prepared, job)
+    write_outputs(job, prepared, metrics)
     checkpoint.remove()
     return metrics
 
@@ -117,6 +116,22 @@ class SegSetup:
     generator: torch.Generator
     state: TrainState
     setup: Setup
+
+    def saved(self) -> dict[str, Any]:
+        """The checkpoint state after an epoch (the Poisson sampler's generator included)."""
+        state = self.state
+        return {
+            "epoch": state.epoch,
+            "model": self.net.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "history": state.history,
+            "morph_rows": state.morph_log.rows,
+            "alignment_rows": state.alignment.rows,
+            "accountant": self.setup.accountant_history(),
+            "train_seconds": state.train_seconds,
+            "empty_batches": state.empty_batches,
+            "generator": self.generator.get_state(),
+        }
 
 
 def prepare(
@@ -202,13 +217,9 @@ class Plan:
         physical_batch = params.get("physical_batch")
         if physical_batch is not None:
             _check_physical_batch(wc, private, mode, morph)
+        constants = (float(params[key]) for key in ("clip_norm", "autos_gamma", "r"))
         return cls(
-            rule=ClipRule(
-                clip_rule(wc["clip"]),
-                float(params["clip_norm"]),
-                float(params["autos_gamma"]),
-                float(params["r"]),
-            ),
+            rule=ClipRule(clip_rule(wc["clip"]), *constants),
             private=private,
             target_eps=target_eps,
             morph=morph,
@@ -285,27 +296,6 @@ class TrainState:
     train_seconds: float = 0.0
     empty_batches: int = 0
 
-    def saved(
-        self,
-        net: torch.nn.Module,
-        optimizer: torch.optim.Optimizer,
-        generator: torch.Generator,
-        setup: Setup,
-    ) -> dict[str, Any]:
-        """The checkpoint state after an epoch (the Poisson sampler's generator included)."""
-        return {
-            "epoch": self.epoch,
-            "model": net.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "history": self.history,
-            "morph_rows": self.morph_log.rows,
-            "alignment_rows": self.alignment.rows,
-            "accountant": setup.accountant_history(),
-            "train_seconds": self.train_seconds,
-            "empty_batches": self.empty_batches,
-            "generator": generator.get_state(),
-        }
-
 
 def resume(
     checkpoint: Checkpoint,
@@ -362,7 +352,7 @@ def make_setup(
 ) -> Setup:
     """DP-SGD with σ calibrated to the target ε over all planned steps (the accountant resumed
     from `state`), or plain shuffled batches for a non-private job."""
-    train = data.splits["train"].dataset()
+    train = TensorDataset(data.splits["train"].images, data.splits["train"].masks)
     if not plan.private:
         loader = DataLoader(train, batch_size=plan.batch_size, shuffle=True, generator=generator)
         return Setup(net, optimizer, loader)
@@ -402,11 +392,13 @@ def train_epoch(
         x, y = x.to(device), y.to(device)
         chunk = plan.physical_batch or len(y)
         if chunk < len(y):
-            chunks = _chunk_losses(setup.module, plan.morph, state, x, y, chunk, dice_weight)
+            chunks = _chunk_losses(
+                setup.module, plan.morph, state, x, y, chunk, dice_weight, losses
+            )
             if setup.dp is not None:
-                setup.dp.backward_chunks(_collect(chunks, losses))
+                setup.dp.backward_chunks(chunks)
             else:  # the batch mean, one chunk's share at a time
-                for loss in _collect(chunks, losses):
+                for loss in chunks:
                     (loss.sum() / len(y)).backward()
         else:
             loss = _batch_loss(setup.module, plan.morph, state, x, y, dice_weight)
@@ -432,12 +424,16 @@ def _chunk_losses(
     y: torch.Tensor,
     chunk: int,
     dice_weight: float,
+    into: list[float],
 ) -> Iterator[torch.Tensor]:
     """The per-sample losses of batch (x, y), `chunk` images at a time, each forward pass run
-    only when its chunk is asked for (after the previous chunk's backward pass)."""
+    only when its chunk is asked for (after the previous chunk's backward pass); each chunk's
+    values are also appended to `into`."""
     for start in range(0, len(y), chunk):
         part = slice(start, start + chunk)
-        yield _batch_loss(module, morph, state, x[part], y[part], dice_weight)
+        loss = _batch_loss(module, morph, state, x[part], y[part], dice_weight)
+        into.extend(loss.detach().cpu().tolist())
+        yield loss
 
 
 def _batch_loss(
@@ -455,49 +451,30 @@ def _batch_loss(
     return per_sample_loss(output, y, dice_weight)
 
 
-def _collect(chunk_losses: Iterator[torch.Tensor], into: list[float]) -> Iterator[torch.Tensor]:
-    """`chunk_losses`, each chunk's values also appended to `into`."""
-    for loss in chunk_losses:
-        into.extend(loss.detach().cpu().tolist())
-        yield loss
-
-
 def evaluate_split(
-    net: torch.nn.Module,
-    plan: Plan,
-    data: SegData,
-    split: str,
-    device: torch.device,
-    hd95: bool = False,
-    structure: bool = False,
+    prepared: SegSetup, split: str, hd95: bool = False, structure: bool = False
 ) -> dict[str, Any]:
     """`evaluate` on one split of the job's data, in passes of `forward_batch_size` images."""
+    plan, data = prepared.plan, prepared.data
     return evaluate(
-        net, plan.morph, data.splits[split], data.eval_classes, forward_batch_size(plan.params),
-        device, hd95=hd95, structure=structure,
+        prepared.net, plan.morph, data.splits[split], data.eval_classes,
+        forward_batch_size(plan.params), prepared.device, hd95=hd95, structure=structure,
     )  # fmt: skip
 
 
 def epoch_row(
-    net: torch.nn.Module,
-    plan: Plan,
-    data: SegData,
-    device: torch.device,
-    setup: Setup,
-    epoch: int,
-    losses: list[float],
-    seconds: float,
+    prepared: SegSetup, epoch: int, losses: list[float], seconds: float
 ) -> dict[str, Any]:
     """history.csv's row of `epoch` (0-based): loss, validation Dice (+ per class), ε spent."""
-    val = evaluate_split(net, plan, data, "val", device)
-    params = plan.params
-    history = setup.accountant_history()
+    val = evaluate_split(prepared, "val")
+    plan = prepared.plan
+    history = prepared.setup.accountant_history()
     row = {
         "epoch": epoch + 1,
         "loss": float(np.mean(losses)) if losses else math.nan,
         "val_dice": val["dice"],
         "epsilon": (
-            accounting.epsilon(history, float(params["delta"]), params["accountant"])
+            accounting.epsilon(history, float(plan.params["delta"]), plan.params["accountant"])
             if plan.private
             else math.inf
         ),
@@ -506,26 +483,18 @@ def epoch_row(
     return row | {f"val_dice_c{c}": v for c, v in val["dice_per_class"].items()}
 
 
-def final_metrics(
-    net: torch.nn.Module,
-    plan: Plan,
-    data: SegData,
-    device: torch.device,
-    job: JobContext,
-    state: TrainState,
-) -> dict[str, Any]:
+def final_metrics(prepared: SegSetup, job: JobContext) -> dict[str, Any]:
     """metrics.json: final validation Dice, test scores (S_α, E_φ where the dataset has them),
     training seconds; NaN/inf become null."""
-    val = evaluate_split(net, plan, data, "val", device)
-    test = evaluate_split(
-        net, plan, data, "test", device, hd95=True,
-        structure=job.wildcards["dataset"] in STRUCTURE_DATASETS,
-    )  # fmt: skip
+    plan, data = prepared.plan, prepared.data
+    val = evaluate_split(prepared, "val")
+    structure = job.wildcards["dataset"] in STRUCTURE_DATASETS
+    test = evaluate_split(prepared, "test", hd95=True, structure=structure)
     metrics = {
         "wildcards": dict(job.wildcards),
         "grad_sample_mode": plan.mode,
         "epochs": plan.epochs,
-        "train_seconds": state.train_seconds,
+        "train_seconds": prepared.state.train_seconds,
         "val_dice": val["dice"],
         "eval_classes": list(data.eval_classes),
         "n_train": len(data.splits["train"]),
@@ -536,51 +505,80 @@ def final_metrics(
 
 def privacy_record(
     plan: Plan,
-    setup: Setup,
-    state: TrainState,
+    sigma: float | None,
+    empty_batches: int,
     history: list[tuple[float, float, int]],
     n_train: int,
 ) -> PrivacyRecord:
-    """The run's privacy record from its plan, setup and training state; `history` holds the
-    accountant's (σ, q, steps) entries to account (the privacy audit passes the calibrated σ
-    where the noise it added was scaled)."""
-    return seg_privacy_record(
-        plan.private,
-        plan.params,
-        plan.rule,
-        plan.morph,
-        plan.q,
-        setup.sigma,
-        plan.target_eps,
-        state.empty_batches,
-        plan.mode,
-        history,
-        n_train,
+    """The privacy.json record of a seg run from its plan (rule, DP-Morph, q, ε, mode, params),
+    calibrated σ (None when non-private), empty Poisson batches, the accountant's (σ, q,
+    steps) history to account (the privacy audit passes the calibrated σ where the noise it
+    added was scaled) and the training set size."""
+    params, rule, spec, q = plan.params, plan.rule, plan.morph, plan.q
+    adjacency = "sample-level (add/remove one image)"
+    if not plan.private:
+        return PrivacyRecord.non_private(
+            "none: non-private training (no clipping, no noise)",
+            adjacency,
+            "fixed-size",
+            extra={"batch_size": int(params["batch_size"])},
+        )
+    delta = float(params["delta"])
+    by_acc = {name: accounting.epsilon(history, delta, name) for name in accounting.ACCOUNTANTS}
+    reasons = []
+    if spec.kind == "adaptive" and spec.scope == "batch":
+        reasons.append(
+            "adaptive DP-Morph with batch-level thresholds (paper 002 §3.2): each image's "
+            "morphology depends on the other images of the batch, so one image can change "
+            "every per-sample gradient and the sensitivity C of the sum does not hold; "
+            "the morph variant adaptive-vN-s uses the per-image (sound) policy "
+            "(docs/privacy.md, finding 11)"
+        )
+    return PrivacyRecord(
+        mechanism=f"DP-SGD, Poisson-subsampled Gaussian, {rule.name} clipping "
+        "(per-sample scale factors, every scaled gradient norm ≤ C, noise std σ·C)",
+        adjacency=adjacency,
+        sampling="poisson",
+        accountant=params["accountant"],
+        epsilon=by_acc[params["accountant"]],
+        delta=delta,
+        guarantee="paper-approximation" if reasons else "dp",
+        clip_norm=rule.clip_norm,
+        sample_rate=q,
+        steps=int(sum(n for _, _, n in history)),
+        noise_multipliers=[float(sigma)],
+        target_epsilon=plan.target_eps,
+        epsilon_by_accountant=by_acc,
+        reasons=reasons,
+        covers=COVERS,
+        not_covered=list(NOT_COVERED),
+        extra={
+            "clip_rule": rule.name,
+            "autos_gamma": rule.gamma,
+            "r": rule.r,
+            "grad_sample_mode": plan.mode,
+            "expected_batch_size": q * n_train,
+            "empty_batches": empty_batches,
+            "noise_source": NOISE_SEEDED,
+        },
     )
 
 
-def write_outputs(
-    job: JobContext,
-    plan: Plan,
-    setup: Setup,
-    state: TrainState,
-    metrics: dict[str, Any],
-    net: torch.nn.Module,
-    arguments: dict[str, Any],
-) -> None:
+def write_outputs(job: JobContext, prepared: SegSetup, metrics: dict[str, Any]) -> None:
     """Every output file of the job folder (the diagnostics in diagnostics/), metrics.json last."""
-    out = Path(job.out_dir)
+    out, plan, setup, state = Path(job.out_dir), prepared.plan, prepared.setup, prepared.state
     history = pd.DataFrame(state.history)
     history["epsilon"] = history["epsilon"].astype(float)
     write_csv(out / HISTORY, history)
     write_csv(out / MORPH_LOG, pd.DataFrame(state.morph_log.rows, columns=MORPH_COLUMNS))
     write_csv(out / ALIGNMENT, state.alignment.frame())
-    privacy_record(plan, setup, state, setup.accountant_history(), metrics["n_train"]).write(
-        out / "privacy.json", job.wildcards["dataset"]
+    record = privacy_record(
+        plan, setup.sigma, state.empty_batches, setup.accountant_history(), metrics["n_train"]
     )
+    record.write(out / "privacy.json", job.wildcards["dataset"])
     # The backbone file only initialises training; the saved weights replace it.
-    saved_arguments = {k: v for k, v in arguments.items() if k != "backbone_weights"}
-    save_model(out / "model.pt", job.wildcards["model"], saved_arguments, net)
+    saved_arguments = {k: v for k, v in prepared.arguments.items() if k != "backbone_weights"}
+    save_model(out / "model.pt", job.wildcards["model"], saved_arguments, prepared.net)
     write_json(out / "metrics.json", metrics)
 
 

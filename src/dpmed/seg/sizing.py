@@ -1,5 +1,6 @@
 """The seg study's sizing (`dpmed.sizing`): what a training and an attack job hold and repeat,
-and which jobs one preflight probe measures. Torch-free at import (the workflow reads it).
+which jobs one preflight probe measures, and how many images one forward pass holds (read by
+the runner, the membership attack and the probe). Torch-free at import (the workflow reads it).
 
 Work of one job (as `dpmed.seg.run.Plan` and `dpmed.seg.attack` run it):
 
@@ -26,8 +27,7 @@ from typing import Any
 from dpmed.config.wildcards import parse_eps
 from dpmed.data.registry import DATASET_REGISTRY
 from dpmed.seg.grid import attacked, clip_rule
-from dpmed.seg.morphology import parse_morph
-from dpmed.seg.passes import forward_batch_size
+from dpmed.seg.morphology import MorphSpec, parse_morph
 from dpmed.sizing import RuleSizing, StudySizing, Work, picked
 
 MB = 1e6
@@ -38,8 +38,24 @@ CELL_ARCHITECTURE = ("width", "depth", "deep_supervision", "batch_size", "physic
                      "grad_sample_mode")  # fmt: skip
 
 
-def _private(wc: Mapping[str, str]) -> bool:
-    return math.isfinite(parse_eps(wc["eps"])) and wc["clip"] != "none"
+def forward_batch_size(params: Mapping[str, Any]) -> int:
+    """Images per evaluation forward pass: `batch_size`, or `physical_batch` where smaller.
+
+    A memory bound like training's chunks: without DP-Morph, and with fixed or per-image
+    DP-Morph, an image's output does not depend on the others in its pass (batch-adaptive
+    DP-Morph cannot run with `physical_batch`: `dpmed.seg.run.Plan`).
+    """
+    batch, physical = int(params["batch_size"]), params.get("physical_batch")
+    return batch if physical is None else min(batch, int(physical))
+
+
+def scoring_batch_size(spec: MorphSpec, params: Mapping[str, Any]) -> int:
+    """Images per scoring pass of the membership attack: 1 under batch-adaptive DP-Morph (its
+    thresholds come from the pass, so each image is scored on its own), else the evaluation's
+    `forward_batch_size`."""
+    if spec.kind == "adaptive" and spec.scope == "batch":
+        return 1
+    return forward_batch_size(params)
 
 
 def _parameters(wc: Mapping[str, str], hp: Mapping[str, Any]) -> int:
@@ -100,7 +116,8 @@ def train_work(
     n_train, n_val, n_test = DATASET_REGISTRY[wc["dataset"]].split_images(data[wc["dataset"]])
     batch, epochs = int(hp["batch_size"]), int(hp["epochs"])
     q = min(1.0, batch / n_train)
-    per_epoch = int(1 / q) if _private(wc) else math.ceil(n_train / batch)
+    private = math.isfinite(parse_eps(wc["eps"])) and wc["clip"] != "none"
+    per_epoch = int(1 / q) if private else math.ceil(n_train / batch)
     evaluations = (epochs + 1) * math.ceil(n_val / batch) + math.ceil(n_test / batch)
     size, term = batch * _pixel_work(data, wc, hp), f"work_{wc['model']}"
     return {
@@ -113,11 +130,9 @@ def attack_work(
     data: Mapping[str, Any], wc: Mapping[str, str], hp: Mapping[str, Any]
 ) -> dict[str, Work]:
     """Scoring batches of an attack job (module docstring)."""
-    from dpmed.seg.attack import scoring_batch_size
-
     n_train, n_val, n_test = DATASET_REGISTRY[wc["dataset"]].split_images(data[wc["dataset"]])
     images = 2 * min(n_train, n_val + n_test)
-    batch = scoring_batch_size(parse_morph(wc["morph"], (20.0, 85.0)), hp)
+    batch = scoring_batch_size(parse_morph(wc["morph"]), hp)
     size = batch * _pixel_work(data, wc, hp)
     return {"batch": Work(math.ceil(images / batch), size, f"work_{wc['model']}",
                           "attack_seconds_per_batch")}  # fmt: skip
@@ -126,7 +141,7 @@ def attack_work(
 def morph_scope(morph: str) -> str:
     """`none`, `fixed`, `adaptive-batch` or `adaptive-sample` (the paper's batch thresholds or
     the per-image ones, suffix `-s`)."""
-    spec = parse_morph(morph, (20.0, 85.0))
+    spec = parse_morph(morph)
     return f"adaptive-{spec.scope}" if spec.kind == "adaptive" else spec.kind
 
 

@@ -4,7 +4,7 @@ gradients: where the DP-SGD noise goes, output channel (dim 0) by output channel
 Paper 001 (XCal-FL) describes AGP in its related work as "fixed-magnitude spatial noise
 allocation": the noise has one magnitude, fixed before training, and AGP only decides where it
 goes (XCal-FL instead moves the magnitude itself); AGP's own abstract adds noise only to the
-channels with a small impact on interpretability. Our reading, `agp` (`spatial_noise_std`):
+channels with a small impact on interpretability. Our reading, `agp`:
 every tensor's output channels are ranked by the L2 norm of their weights in the broadcast
 global model; the top `top_q` share (at least one) is protected and gets no noise, every other
 channel gets σ_ref·C, σ_ref being the static baseline's multiplier for the target ε. Paper 001
@@ -13,7 +13,7 @@ release, so ranking it costs nothing). The protected channels are released witho
 no finite ε covers the update: privacy.json labels the run `paper-approximation` and reports
 the ε of the noised channels, σ_ref per step (docs/privacy.md, finding 10).
 
-`agp-dp` (`channel_noise_std`) is the sound variant: σ_ref on the protected channels and
+`agp-dp` is the sound variant: σ_ref on the protected channels and
 (1 + b)·σ_ref on the others. More noise on some coordinates is post-processing of the mechanism
 with σ_ref on all of them, so its guarantee is that of σ_ref, calibrated to the target ε.
 """
@@ -26,17 +26,7 @@ from collections.abc import Mapping
 import torch
 
 
-def protected_channels(weights: torch.Tensor, top_q: float) -> torch.Tensor:
-    """Boolean mask (C0,) of the top `top_q` share (at least one) of output channels by the L2
-    norm of their weights."""
-    importance = weights.reshape(weights.shape[0], -1).to(torch.float32).norm(dim=1)
-    k = max(1, math.ceil(top_q * importance.numel()))
-    mask = torch.zeros_like(importance, dtype=torch.bool)
-    mask[torch.topk(importance, k, sorted=False).indices] = True
-    return mask
-
-
-def _channel_std(
+def channel_std(
     global_state: Mapping[str, torch.Tensor],
     params: Mapping[str, torch.Tensor],
     top_q: float,
@@ -44,36 +34,15 @@ def _channel_std(
     other_std: float,
 ) -> dict[str, torch.Tensor]:
     """Noise std per output channel, (C0,) per parameter name: `protected_std` on the
-    protected channels of the broadcast global model, `other_std` on the others."""
+    protected channels of the broadcast global model (the top `top_q` share, at least one, by
+    the L2 norm of their weights), `other_std` on the others (`agp`: 0 and σ_ref·C; `agp-dp`:
+    σ_ref·C and (1 + b)·σ_ref·C)."""
     out = {}
     for name, p in params.items():
-        protected = protected_channels(global_state[name].to(p.device), top_q)
+        weights = global_state[name].to(p.device)
+        importance = weights.reshape(weights.shape[0], -1).to(torch.float32).norm(dim=1)
+        k = max(1, math.ceil(top_q * importance.numel()))
+        protected = torch.zeros_like(importance, dtype=torch.bool)
+        protected[torch.topk(importance, k, sorted=False).indices] = True
         out[name] = torch.where(protected, protected_std, other_std).to(torch.float32)
     return out
-
-
-def spatial_noise_std(
-    global_state: Mapping[str, torch.Tensor],
-    params: Mapping[str, torch.Tensor],
-    sigma: float,
-    top_q: float,
-    clip_norm: float,
-) -> dict[str, torch.Tensor]:
-    """`agp`: noise std per output channel, (C0,) per parameter name: 0 on the protected
-    channels, σ·C on the others."""
-    return _channel_std(global_state, params, top_q, 0.0, sigma * clip_norm)
-
-
-def channel_noise_std(
-    global_state: Mapping[str, torch.Tensor],
-    params: Mapping[str, torch.Tensor],
-    sigma_ref: float,
-    band: float,
-    top_q: float,
-    clip_norm: float,
-) -> dict[str, torch.Tensor]:
-    """`agp-dp`: noise std per output channel, (C0,) per parameter name: σ_ref·C on the
-    protected channels, (1 + b)·σ_ref·C on the others."""
-    return _channel_std(
-        global_state, params, top_q, sigma_ref * clip_norm, (1 + band) * sigma_ref * clip_norm
-    )

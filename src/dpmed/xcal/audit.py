@@ -33,8 +33,8 @@ SCORE_BATCH = 256
 
 @dataclass
 class ClientAudit:
-    """A client's `StepAudit`: its Dirac canaries (None: none), sampled at its rate q from
-    `generator`, and the factor on the noise std."""
+    """A privacy audit's hook into a client's DP step (`Client.audit`): its Dirac canaries
+    (None: none), sampled at its rate q from `generator`, and the factor on the noise std."""
 
     canaries: DiracCanaries | None
     generator: torch.Generator
@@ -110,24 +110,6 @@ class InputCanaries:
         return -torch.cat(losses).numpy()
 
 
-def _dirac_audits(
-    job: JobContext, fed: xcal_fed.Federation, canaries: int, noise_scale: float
-) -> tuple[DiracCanaries, float]:
-    """Draw the cell's Dirac canaries over the global model and give every client its own
-    (canary j → client j mod K, sampled at the client's q); the canaries and their norm."""
-    params = list(trainable(fed.wrapped).values())
-    clip_norm = float(job.params["clip_norm"])
-    norm = canary_norm(lambda n: opacus_clip_factors(n, clip_norm), clip_norm)
-    # q = 1 here: only the coordinates and inclusions are used; each client samples at its q
-    dirac = DiracCanaries.draw(params, canaries, norm, 1.0, audit_generator(job, "gradient"))
-    owner = torch.arange(canaries) % len(fed.clients)
-    for k, client in enumerate(fed.clients):
-        mine = owner == k
-        own = DiracCanaries(dirac.coordinates[mine], dirac.included[mine], norm, client.account.q)
-        client.audit = ClientAudit(own, audit_generator(job, "steps", k), noise_scale)
-    return dirac, norm
-
-
 def audit_cell(
     job: JobContext,
     setting: str,
@@ -150,13 +132,21 @@ def audit_cell(
             Path(job.processed_dir), canaries, int(meta["n_classes"]), generator
         )
         parts = inputs.add_to(xcal_fed.client_partitions(job))
-    prepared = xcal_fed.prepare(job, parts)
-    device, fed = prepared.device, prepared.federation
+    device, fed = xcal_fed.prepare(job, parts)
     if not fed.method.dp:
         raise ValueError(f"xcal cell {job.wildcards} is not private: nothing to audit")
     if setting == "gradient":
-        dirac, norm = _dirac_audits(job, fed, canaries, noise_scale)
+        # the cell's Dirac canaries over the global model, canary j → client j mod K, sampled at
+        # that client's q (drawn at q = 1: only their coordinates and inclusions are used)
         params = list(trainable(fed.wrapped).values())
+        clip_norm = float(job.params["clip_norm"])
+        norm = canary_norm(lambda n: opacus_clip_factors(n, clip_norm), clip_norm)
+        dirac = DiracCanaries.draw(params, canaries, norm, 1.0, audit_generator(job, "gradient"))
+        owner = torch.arange(canaries) % len(fed.clients)
+        for k, client in enumerate(fed.clients):
+            mine, q = owner == k, client.account.q
+            own = DiracCanaries(dirac.coordinates[mine], dirac.included[mine], norm, q)
+            client.audit = ClientAudit(own, audit_generator(job, "steps", k), noise_scale)
         before = [p.detach().clone() for p in params]
 
         def final_scores() -> tuple[np.ndarray, np.ndarray]:

@@ -229,10 +229,6 @@ CLAIMS: tuple[Claim, ...] = (
 _METRICS = ["f1", "road", "f1_per_eps", "road_per_eps", "step_seconds"]
 
 
-def _number(value: float | None) -> float:
-    return math.nan if value is None else float(value)
-
-
 def _runs(metrics_paths: Sequence[str]) -> pd.DataFrame:
     """One row per run: wildcards, its folder (`run`), the compared metrics (NaN where
     undefined), whether its classifier is above chance (`learned`)."""
@@ -241,7 +237,7 @@ def _runs(metrics_paths: Sequence[str]) -> pd.DataFrame:
         metrics = json.loads(Path(path).read_text())
         wc = wildcards_from_path("xcal", path)
         chance = CHANCE_FACTOR / DATASET_REGISTRY[wc["dataset"]].n_classes
-        values = {m: _number(metrics.get(m)) for m in _METRICS}
+        values = {m: math.nan if metrics.get(m) is None else float(metrics[m]) for m in _METRICS}
         rows.append(wc | values | {"learned": values["f1"] >= chance,
                                    "run": str(Path(path).parent)})  # fmt: skip
     return pd.DataFrame(rows, columns=[*CELL, "method", "seed", *_METRICS, "learned", "run"])

@@ -133,8 +133,10 @@ class Client:
         )
         round_std = method.round_noise(account, model, global_state)
 
-        def std(sigma: float) -> dict[str, Any]:
-            return round_std if round_std is not None else self.uniform_std(model, sigma)
+        def std(sigma: float) -> dict[str, Any]:  # the method's allocation, else σ·C everywhere
+            if round_std is not None:
+                return round_std
+            return {name: sigma * params["clip_norm"] for name in trainable(model)}
 
         for _ in range(params["local_epochs"] * account.steps_per_epoch):
             if method.halted(account):
@@ -176,10 +178,6 @@ class Client:
             parts = signal.components(model, self.cam_layer, sx, sy, self.account.params["top_q"])
             total = float(signal.combine(parts, weights).sum())
         return SignalDraw(total, torch.randn((), generator=self.noise, device=self.x.device).item())
-
-    def uniform_std(self, model: nn.Module, sigma: float) -> dict[str, float]:
-        """Noise std σ·C for every parameter."""
-        return {name: sigma * self.account.params["clip_norm"] for name in trainable(model)}
 
     def dp_step(
         self,

@@ -24,13 +24,6 @@ def predict_proba(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return torch.cat([net(x[i : i + BATCH]).softmax(dim=1) for i in range(0, len(x), BATCH)])
 
 
-def test_metrics(net: nn.Module, x: torch.Tensor, y: torch.Tensor, n_classes: int) -> dict:
-    """Macro F1 and accuracy of the argmax predictions on (x, y)."""
-    pred = predict_proba(net, x).argmax(dim=1).cpu().numpy()
-    labels = y.cpu().numpy()
-    return {"f1": macro_f1(labels, pred, n_classes), "accuracy": accuracy(labels, pred)}
-
-
 def attributions(net: nn.Module, layer: str, x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """Normalised Grad-CAM maps (N, H, W) for the predicted classes, and those classes (N,)."""
     pred = predict_proba(net, x).argmax(dim=1)
@@ -71,8 +64,10 @@ class Evaluation:
     road_seed: int
 
     def scores(self) -> dict:
-        """Macro F1 and accuracy on the whole test set."""
-        return test_metrics(self.module, self.x, self.y, self.n_classes)
+        """Macro F1 and accuracy of the argmax predictions on the whole test set."""
+        pred = predict_proba(self.module, self.x).argmax(dim=1).cpu().numpy()
+        labels = self.y.cpu().numpy()
+        return {"f1": macro_f1(labels, pred, self.n_classes), "accuracy": accuracy(labels, pred)}
 
     def road(self) -> dict:
         """ROAD of the model's Grad-CAM on the fixed subsample."""

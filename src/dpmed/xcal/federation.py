@@ -27,7 +27,6 @@ from torch import nn
 from dpmed.config.grid import common_seed
 from dpmed.config.wildcards import parse_eps
 from dpmed.data.npz import read_npz
-from dpmed.fedavg import weighted_average
 from dpmed.io import write_csv, write_json, write_npz
 from dpmed.models import build_model, save_model
 from dpmed.models.classifiers import gradcam_layer
@@ -99,22 +98,16 @@ class TrainState:
         return cls({k: v.detach().clone() for k, v in net.state_dict().items()})
 
 
-@dataclass(frozen=True)
-class XcalSetup:
-    """What an xcal job trains with before its first round (`prepare`): its device and its
-    federation (clients calibrated to their planned rounds)."""
-
-    device: torch.device
-    federation: Federation
-
-
-def prepare(job: JobContext, parts: list[tuple[np.ndarray, np.ndarray]] | None = None) -> XcalSetup:
-    """Start `job` (seeds, device) and build its federation, drawing every seed in the order
-    a run does: the runner, the privacy audit (`dpmed.xcal.audit`) and the preflight probes
-    (`dpmed.xcal.probe`) all start here. `parts` replaces the clients' data (an audit adds its
-    input canaries to `client_partitions(job)`)."""
+def prepare(
+    job: JobContext, parts: list[tuple[np.ndarray, np.ndarray]] | None = None
+) -> tuple[torch.device, Federation]:
+    """Start `job` (seeds, device) and build its federation (clients calibrated to their
+    planned rounds), drawing every seed in the order a run does: the runner, the privacy
+    audit (`dpmed.xcal.audit`) and the preflight probes (`dpmed.xcal.probe`) all start here.
+    `parts` replaces the clients' data (an audit adds its input canaries to
+    `client_partitions(job)`)."""
     device = job.start()
-    return XcalSetup(device, build_federation(job, device, parts))
+    return device, build_federation(job, device, parts)
 
 
 def run_label(wildcards: dict[str, str]) -> str:
@@ -140,7 +133,9 @@ def build_federation(
     device: torch.device,
     parts: list[tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> Federation:
-    """Partition, initial network, clients and test evaluation of the job's cell; `parts`
+    """Partition, initial network, clients and test evaluation of the job's cell (the test
+    split; ROAD on the first `road_subsample` indices of a permutation seeded by the dataset,
+    the same for every run of it, with the dataset's imputation seed); `parts`
     replaces `client_partitions(job)` (a privacy audit adds its input canaries to it)."""
     wc, params = job.wildcards, job.params
     meta = json.loads((Path(job.processed_dir) / "meta.json").read_text())
@@ -160,8 +155,19 @@ def build_federation(
         build_client(job, k, images, labels, method, layer, schedule, device)
         for k, (images, labels) in enumerate(parts)
     ]
-    evaluated = wrapped if wrapped is not None else net
-    evaluation = build_evaluation(job, evaluated, layer, arguments["n_classes"], device)
+    images, labels = load_split(job.processed_dir, "test")
+    dataset, n_test = wc["dataset"], len(labels)
+    road = np.random.default_rng(stable_seed("xcal-road-subsample", dataset)).permutation(n_test)
+    evaluation = xcal_eval.Evaluation(
+        wrapped if wrapped is not None else net,
+        layer,
+        to_tensor(images, device),
+        torch.from_numpy(labels).to(device),
+        arguments["n_classes"],
+        np.sort(road[: min(params["road_subsample"], n_test)]),
+        list(params["road_percentages"]),
+        stable_seed("xcal-road-noise", dataset),
+    )
     accounts = [c.account for c in clients]
     return Federation(net, wrapped, clients, accounts, evaluation, method, arguments, schedule)
 
@@ -257,37 +263,19 @@ def initial_network(
     return net, gradcam_layer(net, arguments["in_channels"], arguments["image_size"])
 
 
-def build_evaluation(
-    job: JobContext, module: nn.Module, layer: str, n_classes: int, device: torch.device
-) -> xcal_eval.Evaluation:
-    """The test split, the dataset's fixed ROAD subsample and its imputation seed."""
-    images, labels = load_split(job.processed_dir, "test")
-    dataset = job.wildcards["dataset"]
-    return xcal_eval.Evaluation(
-        module,
-        layer,
-        to_tensor(images, device),
-        torch.from_numpy(labels).to(device),
-        n_classes,
-        road_subsample(len(labels), job.params["road_subsample"], dataset),
-        list(job.params["road_percentages"]),
-        stable_seed("xcal-road-noise", dataset),
-    )
-
-
-def road_subsample(n_test: int, size: int, dataset: str) -> np.ndarray:
-    """Fixed test indices for ROAD: the first `size` of a permutation seeded by the dataset."""
-    rng = np.random.default_rng(stable_seed("xcal-road-subsample", dataset))
-    return np.sort(rng.permutation(n_test)[: min(size, n_test)])
-
-
 def fedavg(updates: list[ClientUpdate]) -> dict[str, torch.Tensor]:
-    """Σ_k n_k w_k / Σ_k n_k for every tensor (FedAvg weighted by client sample count)."""
-    weights = [u.n_samples for u in updates]
-    return {
-        key: weighted_average([u.tensors[key] for u in updates], weights)
-        for key in updates[0].tensors
-    }
+    """Σ_k α_k w_k, α_k = n_k / Σ_j n_j (FedAvg weighted by client sample count), per tensor
+    in its own dtype: each float64 α_k is cast to it and the products are summed in client
+    order, so the average does not depend on where it is computed."""
+    counts = np.array([u.n_samples for u in updates], dtype=np.float64)
+    alpha = [float(a) for a in counts / counts.sum()]
+    averaged = {}
+    for key in updates[0].tensors:
+        total = updates[0].tensors[key] * alpha[0]
+        for a, update in zip(alpha[1:], updates[1:], strict=True):
+            total += update.tensors[key] * a
+        averaged[key] = total
+    return averaged
 
 
 def train_round(
@@ -333,12 +321,21 @@ def train_round(
 
 
 def write_model_outputs(job: JobContext, fed: Federation, state: TrainState) -> dict:
-    """rounds.csv, road.json, gradcam.npz and model.pt, as every run writes them; road.json's
-    content."""
-    out_dir = Path(job.out_dir)
+    """rounds.csv, road.json (`write_road`), gradcam.npz (the first `N_GRADCAM_EXAMPLES` ROAD
+    images, their Grad-CAM maps for the predicted class, labels and predictions) and model.pt,
+    as every run writes them; road.json's content."""
+    out_dir, evaluation = Path(job.out_dir), fed.evaluation
     write_csv(out_dir / "rounds.csv", pd.DataFrame(state.rows, columns=ROUND_COLUMNS))
-    road = write_road(out_dir / "road.json", fed.evaluation, state)
-    write_gradcam(out_dir / "gradcam.npz", fed.evaluation)
+    road = write_road(out_dir / "road.json", evaluation, state)
+    examples = evaluation.road_idx[:N_GRADCAM_EXAMPLES]
+    maps, pred = xcal_eval.attributions(evaluation.module, evaluation.layer, evaluation.x[examples])
+    write_npz(
+        out_dir / "gradcam.npz",
+        images=evaluation.x[examples].cpu().numpy().astype(np.float32),
+        cams=maps.astype(np.float32),
+        labels=evaluation.y[examples].cpu().numpy(),
+        predictions=pred,
+    )
     save_model(out_dir / "model.pt", job.wildcards["model"], fed.model_arguments, fed.net)
     return road
 
@@ -360,17 +357,3 @@ def write_road(path: Path, evaluation: xcal_eval.Evaluation, state: TrainState) 
     ]
     write_json(path, result)
     return result
-
-
-def write_gradcam(path: Path, evaluation: xcal_eval.Evaluation) -> None:
-    """gradcam.npz: the first `N_GRADCAM_EXAMPLES` ROAD images, their Grad-CAM maps for the
-    predicted class, labels and predictions."""
-    examples = evaluation.road_idx[:N_GRADCAM_EXAMPLES]
-    maps, pred = xcal_eval.attributions(evaluation.module, evaluation.layer, evaluation.x[examples])
-    write_npz(
-        path,
-        images=evaluation.x[examples].cpu().numpy().astype(np.float32),
-        cams=maps.astype(np.float32),
-        labels=evaluation.y[examples].cpu().numpy(),
-        predictions=pred,
-    )

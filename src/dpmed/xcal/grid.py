@@ -12,7 +12,7 @@ from dpmed.config.wildcards import EPS_PATTERN
 from dpmed.data.registry import study_datasets
 from dpmed.errors import ConfigError
 from dpmed.models import models_of_kind
-from dpmed.xcal.methods import METHODS, eps_problem, method_regex, required_preset, split_method
+from dpmed.xcal.methods import METHODS, eps_problem, method_regex, split_method
 from dpmed.xcal.shifts import POOLED, SHIFTS
 
 DATASETS = study_datasets("xcal")
@@ -59,8 +59,8 @@ def invalid(wc: Mapping[str, str]) -> str | None:
 
 def check_config(config: Mapping[str, Any], jobs: Sequence[Any]) -> None:
     """Config rules a schema cannot express: brightness low ≤ high; every preset method of
-    the grid finds its preset in the job's `presets`; a job's clients fit its training split
-    (`_check_clients`)."""
+    the grid finds its preset in the job's `presets`; a job's clients share its dataset's
+    training split, at least one image each."""
     for where, params in param_sets(config["xcal"]):
         if "brightness" in params:
             low, high = params["brightness"]
@@ -70,27 +70,22 @@ def check_config(config: Mapping[str, Any], jobs: Sequence[Any]) -> None:
                 )
     for job in jobs:
         method = job.wc["method"]
-        preset = required_preset(method)
+        preset = split_method(method)[1]  # the config preset it needs, None: it takes none
         presets = job.params["presets"]
         if preset is not None and preset not in presets:
             raise ConfigError(
                 f"{job.block}.methods",
                 f"'{method}' needs xcal presets.{preset} (have: {', '.join(sorted(presets))})",
             )
-        _check_clients(config["data"], job)
-
-
-def _check_clients(data: Mapping[str, Any], job: Any) -> None:
-    """A job's `clients` share its dataset's training split, at least one image each. The
-    split's size is known here for synthetic data (`synthetic.counts`); a real download is
-    counted when the job partitions it."""
-    dataset = data[job.wc["dataset"]]
-    if dataset["raw"] != "synthetic":
-        return
-    clients, n_train = int(job.wc["clients"]), dataset["synthetic"]["counts"][0]
-    if clients > n_train:
-        raise ConfigError(
-            f"{job.block}.clients",
-            f"{clients} clients but data.{job.wc['dataset']}.synthetic.counts gives {n_train} "
-            "training images; every client needs at least one",
-        )
+        # the split's size is known here for synthetic data; a download is counted when the
+        # job partitions it
+        dataset = config["data"][job.wc["dataset"]]
+        if dataset["raw"] != "synthetic":
+            continue
+        clients, n_train = int(job.wc["clients"]), dataset["synthetic"]["counts"][0]
+        if clients > n_train:
+            raise ConfigError(
+                f"{job.block}.clients",
+                f"{clients} clients but data.{job.wc['dataset']}.synthetic.counts gives "
+                f"{n_train} training images; every client needs at least one",
+            )

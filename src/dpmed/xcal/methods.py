@@ -225,12 +225,15 @@ class AGP(Method):
 
     def round_noise(self, account, model, global_state) -> dict[str, Any]:
         from dpmed.privacy.dpsgd import trainable
-        from dpmed.xcal.agp import spatial_noise_std
+        from dpmed.xcal.agp import channel_std
 
-        p, sigma_ref = account.params, account.state.sigma_ref
-        return spatial_noise_std(
-            global_state, trainable(model), sigma_ref, p["top_q"], p["clip_norm"]
-        )
+        p = account.params
+        protected, other = self.channel_stds(account.state.sigma_ref, p)
+        return channel_std(global_state, trainable(model), p["top_q"], protected, other)
+
+    def channel_stds(self, sigma_ref: float, params: Mapping[str, Any]) -> tuple[float, float]:
+        """Noise std of the protected channels and of the others."""
+        return 0.0, sigma_ref * params["clip_norm"]
 
     def privacy_details(self, clients, params):
         per_client = [float(c.epsilon()) for c in clients]
@@ -242,7 +245,7 @@ class AGP(Method):
 
 
 @dataclass(frozen=True)
-class AGPDP(Method):
+class AGPDP(AGP):
     """AGP's sound variant: σ_ref on the top `top_q` output channels of the broadcast global
     model, (1 + b)·σ_ref elsewhere (`dpmed.xcal.agp`); accounted at σ_ref, a proven bound."""
 
@@ -251,18 +254,14 @@ class AGPDP(Method):
         "top_q output channels by weight norm of the broadcast global model, (1+b) sigma_ref*C "
         "on the others (per client)"
     )
+    paper_flaw: ClassVar[str | None] = None
 
-    def round_noise(self, account, model, global_state) -> dict[str, Any]:
-        from dpmed.privacy.dpsgd import trainable
-        from dpmed.xcal.agp import channel_noise_std
-
-        p, sigma_ref = account.params, account.state.sigma_ref
-        return channel_noise_std(
-            global_state, trainable(model), sigma_ref, p["band"], p["top_q"], p["clip_norm"]
-        )
+    def channel_stds(self, sigma_ref: float, params: Mapping[str, Any]) -> tuple[float, float]:
+        clip_norm = params["clip_norm"]
+        return sigma_ref * clip_norm, (1 + params["band"]) * sigma_ref * clip_norm
 
     def privacy_details(self, clients, params):
-        by_accountant, noise, extra = super().privacy_details(clients, params)
+        by_accountant, noise, extra = Method.privacy_details(self, clients, params)
         extra["agp_sigma"] = (
             "top_q channels sigma_ref, others (1+b) sigma_ref; accounted at sigma_ref"
         )
@@ -560,11 +559,6 @@ def eps_problem(method: str, private: bool) -> str | None:
     if entry.private is True and not private:
         return f"{method} is a DP method and needs a finite eps"
     return None
-
-
-def required_preset(method: str) -> str | None:
-    """The config preset a method wildcard needs (`presets.<name>`), None when it takes none."""
-    return split_method(method)[1]
 
 
 def resolve(method: str, private: bool, presets: Mapping[str, Any]) -> Method:

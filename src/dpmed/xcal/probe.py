@@ -68,8 +68,7 @@ def probe_steps(spec: dict[str, Any]) -> dict[str, Any]:
     """Local DP (or SGD) steps of one sampled client through `Client.train_round` (a first
     round of one step, then a round of `steps` − 1 steps, timed by the client's own step
     clock) and the server's FedAvg. The evaluation is `probe_evaluation`'s."""
-    prepared = xcal_fed.prepare(probe_job(spec, Path(spec["data_dir"])))
-    device, fed = prepared.device, prepared.federation
+    device, fed = xcal_fed.prepare(probe_job(spec, Path(spec["data_dir"])))
     history = xcal_fed.TrainState.start(fed.net)
     client = fed.clients[fed.schedule[0][0]]
     account = client.account
@@ -99,8 +98,8 @@ def probe_evaluation(spec: dict[str, Any]) -> dict[str, Any]:
     the federation's global model, each timed on a head of its images (`EVAL_PROBE`,
     `ROAD_PROBE`) and scaled linearly. The method, shift, clients and ε do not change this
     work, so the xcal cells of one dataset and network share it."""
-    prepared = xcal_fed.prepare(probe_job(spec, Path(spec["data_dir"])))
-    device, evaluation = prepared.device, prepared.federation.evaluation
+    device, fed = xcal_fed.prepare(probe_job(spec, Path(spec["data_dir"])))
+    evaluation = fed.evaluation
     head = replace(evaluation, x=evaluation.x[:EVAL_PROBE], y=evaluation.y[:EVAL_PROBE])
     scores = timed(head.scores, device) * len(evaluation.y) / max(1, len(head.y))
     part = replace(evaluation, road_idx=evaluation.road_idx[:ROAD_PROBE])
@@ -146,10 +145,6 @@ def calibrate(config: Mapping[str, Any], job: Job, eps: float) -> Calibration:
     return Calibration(eps, min(sigmas), max(sigmas), spent, bool(ok), note)
 
 
-def _dataset(wildcards: Mapping[str, str]) -> str:
-    return wildcards["dataset"]
-
-
 PROBE = StudyProbe(
     parts=(
         ProbePart("evaluation", "xcal_evaluation", shared=True),
@@ -157,6 +152,6 @@ PROBE = StudyProbe(
     ),
     probes={"xcal": probe_steps, "xcal_evaluation": probe_evaluation},
     calibrate=calibrate,
-    data_name=_dataset,
+    data_name=lambda wildcards: wildcards["dataset"],
     write_data=write_medmnist,
 )

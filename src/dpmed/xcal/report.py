@@ -4,27 +4,11 @@ Every function reads the runs it is given (metrics.json, rounds.csv, road.json, 
 each folder) and writes through `dpmed.report.style`, so identical runs give identical files.
 ROAD is the paper's score (`dpmed.explain.road`): the mean confidence drop in % when the most
 salient pixels are removed (MoRF); `road_combined` is the (LeRF − MoRF) / 2 score beside it.
-Tables (results/tables/<name>.csv + .md), each value the mean over seeds with its 95 %
-t-interval (`dpmed.report.intervals.summarize`: `n_seeds`, `<m>_mean`, `<m>_ci_low`,
-`<m>_ci_high`), comparisons as paired t-tests over seeds (`<m>_p_vs_<baseline>`):
-- xcal_main: F1, accuracy, ROAD (%), combined ROAD and the final proven ε per dataset × model ×
-  method × ε (IID runs, §6), F1 and ROAD of every method tested against static DP-FL, AGP and
-  the random-σ_t control;
-- xcal_efficiency: ΔF1/Δε and ΔROAD/Δε (ROAD in %) over each private run's trajectory of spent
-  ε (first to last round with a value), with how many runs of the cell have a slope (ε moved);
-- xcal_clients: F1 and ROAD by client count (columns) per dataset × model × method × shift × ε,
-  XCal-FL tested against static DP-FL per column;
-- xcal_shift: F1 and ROAD by shift (columns) per dataset × model × method × clients × ε, likewise;
-- xcal_ablation: XCal-FL presets (α, β, γ) and the random-σ_t control × ε, F1, ROAD (%) and
-  combined ROAD (§7);
-- xcal_runtime: mean seconds per local step of nondp, static and xcal per dataset × model, the
-  ratios, and XCal-FL's overhead both ways: paper 001 §8's (two inference-mode forward passes
-  over a static step) and ours (the measured XCal-FL step over the static one)
-  (bench/xcal_step.py times steps under controlled conditions).
-Figures (results/figures/<name>.png + .pdf): F1 and ROAD vs cumulative ε per method and the
-final MoRF/LeRF confidence-drop curves (xcal_trajectories), client-count and shift effects
-(xcal_clients_shift), the ablation (xcal_ablation), Grad-CAM examples of static vs xcal
-(xcal_gradcam), test F1 against the target ε (xcal_privacy_utility, its values as a table).
+Tables (results/tables/<name>.csv + .md; xcal_runtime, measured, under results/measured/): each
+value the mean over seeds with its 95 % t-interval (`dpmed.report.intervals.summarize`:
+`n_seeds`, `<m>_mean`, `<m>_ci_low`, `<m>_ci_high`), comparisons as paired t-tests over seeds
+(`<m>_p_vs_<baseline>`). Figures: results/figures/<name>.png + .pdf. Each builder's docstring
+says what its table or figure holds; captions/<name>.rst says it to the report's reader.
 """
 
 from __future__ import annotations
@@ -86,11 +70,6 @@ CONTROL_LABEL = "random sigma_t (control)"
 TESTED = ["f1", "road"]  # the metrics of the paired tests
 
 
-def _base(method: str) -> str:
-    """The registered method of a method wildcard (`xcal-logit` → `xcal`)."""
-    return split_method(method)[0]
-
-
 def collect(runs: Sequence[str | Path]) -> pd.DataFrame:
     """One row per run folder: wildcards (clients int, eps float, seed int from the folder
     name) and metrics.json values."""
@@ -105,10 +84,6 @@ def collect(runs: Sequence[str | Path]) -> pd.DataFrame:
         row["run"] = str(run)
         rows.append(row)
     frame = pd.DataFrame(rows, columns=[*KEYS, *METRICS, *TIMES, "seed", "run"])
-    return _sorted(frame)
-
-
-def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
     if frame.empty:
         return frame.reset_index(drop=True)
     order = frame["method"].map(method_rank)
@@ -183,12 +158,14 @@ def _pivot(frame: pd.DataFrame, over: str, index: list[str]) -> pd.DataFrame:
 
 
 def clients_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Client-count effect (paper §6 'Client and distribution effects')."""
+    """Client-count effect (paper §6 'Client and distribution effects'): F1 and ROAD by client
+    count (columns) per dataset × model × method × shift × ε, XCal-FL against static DP-FL."""
     return _pivot(frame, "clients", ["dataset", "model", "method", "shift", "eps"])
 
 
 def shift_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Shift effect: IID vs label vs covariate."""
+    """Shift effect: F1 and ROAD by shift (columns: IID, label, covariate) per dataset × model ×
+    method × clients × ε, XCal-FL against static DP-FL."""
     return _pivot(frame, "shift", ["dataset", "model", "method", "clients", "eps"])
 
 
@@ -203,7 +180,7 @@ ABLATION_KEYS = ["dataset", "model", "preset", "clients", "eps"]
 
 def _ablation_runs(frame: pd.DataFrame) -> pd.DataFrame:
     """The IID XCal-FL and random-σ_t runs, each with its `preset`."""
-    base = frame["method"].map(_base)
+    base = frame["method"].map(lambda m: split_method(m)[0])
     xcal = frame[base.isin([PROPOSED, RANDOM_CONTROL]) & (frame["shift"] == POOLED)]
     return xcal.assign(preset=xcal["method"].map(lambda m: split_method(m)[1] or CONTROL_LABEL))
 
@@ -218,7 +195,7 @@ def runtime_table(frame: pd.DataFrame) -> pd.DataFrame:
     `ours_overhead_pct_xcal_step` = the measured XCal-FL step over the static step − 1."""
     methods = (NON_PRIVATE, BASELINE, PROPOSED)
     fed = frame[(frame["shift"] == POOLED) & (frame["clients"] > 1)]
-    fed = fed.assign(base=fed["method"].map(_base))
+    fed = fed.assign(base=fed["method"].map(lambda m: split_method(m)[0]))
     fed = fed[fed["base"].isin(methods)]
     cols = ["dataset", "model"]
     cols += [f"{m}_{s}" for m in methods for s in ("s", "s_ci_low", "s_ci_high", "n_runs")]
@@ -265,11 +242,6 @@ def write_xcal_table(csv_path: str | Path, run_dirs: Sequence[str | Path], table
 # ---------------------------------------------------------------------------------- figures
 
 
-def _label(row: pd.Series) -> str:
-    eps = "inf" if math.isinf(row["eps"]) else f"{row['eps']:g}"
-    return f"{row['method']} ε={eps}"
-
-
 def chance(dataset: str) -> float:
     """Macro F1 of a classifier that guesses among the K classes of `dataset`: 1/K. The
     claims layer counts a run below `CHANCE_FACTOR` times it as one that did not learn."""
@@ -308,7 +280,7 @@ def trajectories_figure(frame: pd.DataFrame) -> plt.Figure:
             # (static DP-SGD and AGP-DP) are drawn on the same points and must both show
             look = series_look(i)
             line = {"color": f"C{i % 10}", "ms": 4, "marker": look["marker"], "mfc": "none"}
-            label = f"{_label(run)} c{run['clients']}"
+            label = f"{run['method']} ε={run['eps']:g} c{run['clients']}"  # finite: private
             style = {"linestyle": look["linestyle"], "label": label, **line}
             row_axes[0].plot(rounds["round"], rounds["f1"], **style)
             with_road = rounds.dropna(subset=["road"])

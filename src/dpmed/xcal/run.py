@@ -1,13 +1,12 @@
 """XCal-FL study job (paper 001): in-process FedAvg over clients of one MedMNIST dataset.
 
 One run = one cell of the xcal grid (`dpmed.xcal.spec`), trained by the federation
-`dpmed.xcal.federation` builds: the training split is dealt to the
-clients by the cell's shift (`dpmed.xcal.shifts`); the clients train locally under the cell's
-method (`dpmed.xcal.methods`) and send only model tensors and their ledger. Each round the
-server samples m of the K clients (paper 001 App. A; `clients_per_round`, all K when m ≥ K),
-averages their tensors weighted by client sample count (FedAvg) and evaluates the global model
-on the test split after every round (macro F1, accuracy; ROAD every `road_every` rounds and
-after the last, on a fixed test subsample shared by every run of the dataset).
+`dpmed.xcal.federation` builds: the clients train on their shares of the training split under
+the cell's method; each round the server samples m of the K clients (paper 001 App. A;
+`clients_per_round`, all K when m ≥ K), averages their tensors weighted by sample count
+(FedAvg) and evaluates the global model on the test split (macro F1, accuracy; ROAD every
+`road_every` rounds and after the last, on a fixed test subsample shared by every run of the
+dataset).
 
 Outputs in the run folder: rounds.csv (round, f1, accuracy, epsilon = max over clients of the
 proven ε bound so far, eps_spent = max over clients of the ε spent so far, the same accounting
@@ -20,17 +19,21 @@ after every round lets a killed run resume; it is removed once the outputs exist
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from dpmed.checkpoint import Checkpoint
 from dpmed.config.wildcards import parse_eps
+from dpmed.explain.gradcam import quiet
 from dpmed.io import write_json
 from dpmed.runtime import JobContext, Progress
 from dpmed.tracking import tracker
+from dpmed.xcal.client import Client
 from dpmed.xcal.federation import (
     Federation,
     TrainState,
@@ -39,14 +42,12 @@ from dpmed.xcal.federation import (
     train_round,
     write_model_outputs,
 )
-from dpmed.xcal.forward_timing import forward_pair_seconds
 from dpmed.xcal.privacy import privacy_record
 
 
 def run(job: JobContext) -> dict:
     """Train one grid cell and write its outputs (module docstring); returns metrics.json."""
-    prepared = prepare(job)
-    device, fed = prepared.device, prepared.federation
+    device, fed = prepare(job)
     job.write_config("xcal", device)
     checkpoint = job.checkpoint("xcal")
     state = resume(checkpoint, fed, device)
@@ -56,7 +57,15 @@ def run(job: JobContext) -> dict:
         for r in range(state.rounds_done, rounds):
             road_due = (r + 1) % job.params["road_every"] == 0 or r + 1 == rounds
             scores = train_round(fed, state, road_due)
-            checkpoint.save(checkpoint_state(fed, state))
+            checkpoint.save(  # what `resume` needs (the fingerprint and RNGs are `save`'s)
+                {
+                    "global": state.global_state,
+                    "rows": state.rows,
+                    "elapsed": state.elapsed,
+                    "last_road": state.last_road,
+                    "clients": [c.state() for c in fed.clients],
+                }
+            )
             progress.line(r + 1, scores, state.rows[-1]["epsilon"])
             board.log(state.rows[-1])
     metrics = write_outputs(job, fed, state)
@@ -80,17 +89,6 @@ def resume(checkpoint: Checkpoint, fed: Federation, device: torch.device) -> Tra
     state = TrainState(global_state, saved["rows"], saved["elapsed"], saved["last_road"])
     print(f"resuming {checkpoint.path.parent} after round {state.rounds_done}", flush=True)
     return state
-
-
-def checkpoint_state(fed: Federation, state: TrainState) -> dict[str, Any]:
-    """What `resume` needs after a round (the fingerprint and RNGs are `Checkpoint.save`'s)."""
-    return {
-        "global": state.global_state,
-        "rows": state.rows,
-        "elapsed": state.elapsed,
-        "last_road": state.last_road,
-        "clients": [c.state() for c in fed.clients],
-    }
 
 
 # ---------------------------------------------------------------------------------- outputs
@@ -138,7 +136,7 @@ def run_metrics(
     ΔF1/Δε and ΔROAD/Δε over the spent-ε trajectory (for every method the RDP of what ran, so
     XCal-FL's slope is not flattened by its whole-run bound), step counts and times, the time
     of two inference-mode forward passes (paper 001 §8's overhead measure,
-    `dpmed.xcal.forward_timing`), the σs and signals the clients used."""
+    `forward_pair_seconds`), the σs and signals the clients used."""
     clients = fed.accounts
     steps = sum(c.stats.steps for c in clients)
     seconds = sum(c.stats.seconds for c in clients)
@@ -172,3 +170,44 @@ def run_metrics(
         "gradcam_layer": fed.evaluation.layer,
         "client_sizes": [c.n for c in clients],
     }
+
+
+# ---------------------------------------------------------------------------------- timing
+# Paper 001 §8 counts XCal-FL's extra cost per DP-SGD step as two inference-mode forward passes
+# (the clean and the masked image). Our XCal-FL step costs more than that: a Grad-CAM forward
+# and backward pass plus the masked forward, on a Poisson sample of its own. A run times the
+# paper's measure after training, on the final global model, so the runtime table gives both.
+
+REPEATS = 3  # timed repetitions after one warm-up pass; their median counts
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def pair_seconds(module: nn.Module, x: torch.Tensor) -> float:
+    """Median wall-clock seconds of two forward passes of `module` on `x` in eval mode under
+    `torch.inference_mode` (Opacus hooks off), after one warm-up pass."""
+    samples = []
+    with quiet(module) as net, torch.inference_mode():
+        net(x)
+        for _ in range(REPEATS):
+            _synchronize(x.device)
+            start = time.perf_counter()
+            net(x)
+            net(x)
+            _synchronize(x.device)
+            samples.append(time.perf_counter() - start)
+    return float(np.median(samples))
+
+
+def forward_pair_seconds(module: nn.Module, clients: Sequence[Client]) -> float | None:
+    """`pair_seconds` on the first ⌈q·n⌉ images (the expected Poisson batch) of the first
+    client that trained (the clients' expected batches all have about the configured size, so
+    one suffices); None when no client trained."""
+    trained = [c for c in clients if c.account.rounds]
+    if not trained:
+        return None
+    client, account = trained[0], trained[0].account
+    return pair_seconds(module, client.x[: max(1, int(np.ceil(account.q * account.n)))])

@@ -69,13 +69,7 @@ def partition(
     params: Mapping[str, Any],
     seed: int,
 ) -> Parts:
-    """(images, labels) per client under the registered `shift`.
-
-    Args:
-        images: uint8 (N, H, W, C); labels: int (N,).
-        shift: a name of `SHIFTS`.
-        n_clients: how many clients.
-        params: the job's hyperparameters (the shift reads its own keys).
-        seed: the partition seed.
-    """
+    """(images, labels) per client under the `SHIFTS` name `shift`: images uint8 (N, H, W, C),
+    labels int (N,); the shift reads its own keys of the job's `params`, `seed` seeds the
+    partition."""
     return SHIFTS[shift](images, labels, n_clients, params, seed)

@@ -38,19 +38,6 @@ def top_q_mask(cam: torch.Tensor, q: float) -> torch.Tensor:
     return mask.reshape(cam.shape)
 
 
-def mask_inputs(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Replace the masked pixels (B, H, W) of `x` (B, C, H, W) by the per-image channel mean."""
-    fill = x.mean(dim=(2, 3), keepdim=True)
-    m = mask[:, None].to(x.dtype)
-    return x * (1 - m) + fill * m
-
-
-def _margin(probs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    own = probs.gather(1, y[:, None])[:, 0]
-    others = probs.scatter(1, y[:, None], -1.0).amax(dim=1)
-    return own - others
-
-
 def components(
     module: nn.Module, layer: str, x: torch.Tensor, y: torch.Tensor, q: float
 ) -> dict[str, torch.Tensor]:
@@ -58,10 +45,14 @@ def components(
     cam, logits = grad_cam(module, layer, x, y)
     cam = upsample(cam, x.shape[-1])
     mask = top_q_mask(cam, q)
+    fill, m = x.mean(dim=(2, 3), keepdim=True), mask[:, None].to(x.dtype)  # per-image channel mean
     with quiet(module) as net, torch.no_grad():
-        masked_logits = net(mask_inputs(x, mask))
+        masked_logits = net(x * (1 - m) + fill * m)
     drop = (logits.gather(1, y[:, None]) - masked_logits.gather(1, y[:, None]))[:, 0].clamp(0, 1)
-    margin = ((1 - _margin(masked_logits.softmax(dim=1), y)) / 2).clamp(0, 1)
+    probs = masked_logits.softmax(dim=1)
+    own = probs.gather(1, y[:, None])[:, 0]
+    others = probs.scatter(1, y[:, None], -1.0).amax(dim=1)  # the largest other class
+    margin = ((1 - (own - others)) / 2).clamp(0, 1)
     total = cam.flatten(1).sum(dim=1)
     inside = (cam * mask).flatten(1).sum(dim=1)
     share = torch.where(total > 0, inside / total.clamp(min=1e-12), torch.zeros_like(total))

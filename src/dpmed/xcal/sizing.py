@@ -41,11 +41,6 @@ def _parameters(data: Mapping[str, Any], wc: Mapping[str, str], hp: Mapping[str,
                            image_size=data[wc["dataset"]]["size"])  # fmt: skip
 
 
-def _image_work(data: Mapping[str, Any], wc: Mapping[str, str], hp: Mapping[str, Any]) -> float:
-    """Convolution work of one image: pixels × width² (/1e9)."""
-    return data[wc["dataset"]]["size"] ** 2 * hp["width_scale"] ** 2 / 1e9
-
-
 def train_memory(
     data: Mapping[str, Any], wc: Mapping[str, str], hp: Mapping[str, Any]
 ) -> dict[str, float]:
@@ -74,7 +69,7 @@ def train_work(
     clients, rounds, batch = int(wc["clients"]), int(hp["rounds"]), int(hp["batch_size"])
     per_round = min(int(hp["clients_per_round"]), clients)
     steps = rounds * per_round * int(hp["local_epochs"]) * math.ceil(n / clients / batch)
-    image = _image_work(data, wc, hp)
+    image = data[wc["dataset"]]["size"] ** 2 * hp["width_scale"] ** 2 / 1e9  # pixels × width²
     road = hp["road_subsample"] * len(hp["road_percentages"]) * image
     term, family = f"work_{wc['model']}", split_method(wc["method"])[0]
     return {

@@ -18,8 +18,7 @@ circle; channels clipped to [0, 1]) or intensity offset (gray). Position (`CENTR
 (`OBJECT_SCALE`), rotation, texture phase, object colour (`COLOUR_JITTER`), background colour and
 brightness are random per image, the background is a faint smooth random field plus finer tissue
 texture (`FIELD_AMPLITUDES`), and Gaussian pixel noise is added. The cue is strong on purpose:
-the tiny smoke classifiers must learn it in a few hundred SGD steps (the earlier, subtler cue —
-tint 0.14, objects 0.35–0.5 — left them at chance).
+the tiny smoke classifiers must learn it in a few hundred SGD steps.
 `AMBIGUOUS_FRACTION` of the images are drawn with the appearance of a uniformly random class
 (their label is unchanged), so no classifier reaches 100 % and the task is not trivial.
 
@@ -54,18 +53,6 @@ CLASS_BALANCES = ("official", "uniform")  # `synthetic.class_balance` values (mo
 Sdf = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
-def _disc(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return np.hypot(x, y) - 1.0
-
-
-def _ring(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return np.abs(np.hypot(x, y) - 0.75) - 0.25
-
-
-def _square(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return np.maximum(np.abs(x), np.abs(y)) - 0.8
-
-
 def _cross(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     ax, ay = np.abs(x), np.abs(y)
     return np.minimum(np.maximum(ax - 1.0, ay - 0.3), np.maximum(ax - 0.3, ay - 1.0))
@@ -77,28 +64,20 @@ def _blobs(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.minimum(np.minimum(dists[0], dists[1]), dists[2])
 
 
-def _bar(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return np.maximum(np.abs(x) - 1.05, np.abs(y) - 0.35)
-
-
 def _triangle(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     half = np.sqrt(3.0) / 2.0
     return np.maximum(np.maximum(-y, half * x + 0.5 * y), -half * x + 0.5 * y) - 0.5
 
 
-def _crescent(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return np.maximum(np.hypot(x, y) - 1.0, 0.8 - np.hypot(x - 0.5, y))
-
-
 SHAPES: dict[str, Sdf] = {
-    "disc": _disc,
-    "ring": _ring,
-    "square": _square,
+    "disc": lambda x, y: np.hypot(x, y) - 1.0,
+    "ring": lambda x, y: np.abs(np.hypot(x, y) - 0.75) - 0.25,
+    "square": lambda x, y: np.maximum(np.abs(x), np.abs(y)) - 0.8,
     "cross": _cross,
     "blobs": _blobs,
-    "bar": _bar,
+    "bar": lambda x, y: np.maximum(np.abs(x) - 1.05, np.abs(y) - 0.35),
     "triangle": _triangle,
-    "crescent": _crescent,
+    "crescent": lambda x, y: np.maximum(np.hypot(x, y) - 1.0, 0.8 - np.hypot(x - 0.5, y)),
 }
 
 

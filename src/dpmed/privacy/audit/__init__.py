@@ -2,23 +2,3 @@
 (Steinke, Nasr & Jagielski 2023). `bound` turns guesses into ε; `dirac` holds DP-SGD's
 white-box gradient canaries; `cell` holds what every audited cell shares. The runner that
 audits a grid cell through its study's code is `dpmed.audit`, above the config and the studies."""
-
-from dpmed.privacy.audit.bound import (
-    AuditResult,
-    audit_from_scores,
-    best_audit,
-    binomial_tail,
-    eps_lower_bound,
-    guess_grid,
-    p_value,
-)
-
-__all__ = [
-    "AuditResult",
-    "audit_from_scores",
-    "best_audit",
-    "binomial_tail",
-    "eps_lower_bound",
-    "guess_grid",
-    "p_value",
-]

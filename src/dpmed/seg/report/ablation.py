@@ -26,13 +26,13 @@ import numpy as np
 import pandas as pd
 
 from dpmed.config.wildcards import format_eps, parse_eps
-from dpmed.privacy.clipping import paper_column_order
+from dpmed.privacy.clipping import paper_column_order, report_order
 from dpmed.report.intervals import paired_p, summarize, t_interval
 from dpmed.report.style import grey_unlearned_cells, save_figure, write_table
 from dpmed.seg.claims import LEARNED_DICE
 from dpmed.seg.grid import SEG_DATASETS, clip_overrides, clip_rule
 from dpmed.seg.morphology import RETINAL_DATASET, morph_kind, parse_morph
-from dpmed.seg.report.labels import clip_label, clip_order, model_label, model_order
+from dpmed.seg.report.labels import clip_label, model_label, model_order
 from dpmed.seg.report.main import collect_runs
 
 
@@ -46,7 +46,7 @@ def setting_labels(pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], st
 def clip_groups(runs: pd.DataFrame, order: Sequence[str] | None = None) -> list[tuple[str, str]]:
     """(clip, ε) pairs present in `runs`, in `order` of the rules (default: the report
     order), then ascending ε."""
-    order = clip_order() if order is None else order
+    order = report_order() if order is None else order
     pairs = set(zip(runs["clip"], runs["eps"], strict=True))
     return sorted(pairs, key=lambda p: (order.index(p[0]), parse_eps(p[1])))
 
@@ -71,7 +71,7 @@ def sweep_cells(runs: pd.DataFrame) -> pd.DataFrame:
         raise ValueError("no seg runs with a clip sweep suffix (e.g. flat-C0.5-lr0.001)")
     keys = ["dataset", "model", "rule", "eps", "lr", "C"]
     cells = summarize(swept, keys, ["dice"])
-    models, clips = model_order(), clip_order()
+    models, clips = model_order(), report_order()
     order = [
         (SEG_DATASETS.index(d), models.index(m), clips.index(r), parse_eps(e), lr, c)
         for d, m, r, e, lr, c in cells[keys].itertuples(index=False)
@@ -122,10 +122,6 @@ def lr_clip_report(
     write_table(lr_clip_figure(metrics_paths, png_path), csv_path)
 
 
-def _quantile_label(q: tuple[float, float]) -> str:
-    return f"Δ_{{{q[0]:g},{q[1]:g}}}"
-
-
 def quantile_table(
     metrics_paths: Iterable[str | Path], quantiles: Sequence[float] = (20, 85)
 ) -> pd.DataFrame:
@@ -160,7 +156,8 @@ def quantile_table(
         sub = runs[runs["model"] == model]
         variants = sorted(set(zip(sub["q_low"], sub["q_high"], strict=True)) - {base})
         for version, q in itertools.product(sorted(set(sub["version"])), variants):
-            row = {"model": model_label(model), "policy": version, "setting": _quantile_label(q)}
+            setting = f"Δ_{{{q[0]:g},{q[1]:g}}}"
+            row = {"model": model_label(model), "policy": version, "setting": setting}
             for clip, eps in columns:
                 row |= _paired_delta(
                     _seeds(score, (model, version, *base, clip, eps)),

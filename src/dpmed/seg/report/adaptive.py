@@ -46,15 +46,11 @@ from dpmed.seg.morphology import (
     morph_kind,
     parse_morph,
 )
-
-# Fig. 12 shows the paper's adaptive variant v2.
-from dpmed.seg.outputs import HISTORY, MORPH_LOG
+from dpmed.seg.outputs import HISTORY, LAYER_VARIANT, MORPH_LOG
 from dpmed.seg.report.ablation import clip_groups, plain_clip, setting_labels
 from dpmed.seg.report.labels import model_label, model_order
 from dpmed.seg.report.main import best_fixed, collect_runs
 
-# Fig. 12 shows the paper's adaptive variant v2.
-LAYER_VARIANT = "adaptive-v2"
 OPERATION_COLOR = {"open": "tab:blue", "close": "tab:orange", "both": "tab:green"}
 
 

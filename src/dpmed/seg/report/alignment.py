@@ -22,10 +22,11 @@ import pandas as pd
 
 from dpmed.config.grid import wildcards_from_path
 from dpmed.config.wildcards import format_eps, parse_eps
-from dpmed.privacy.clipping import CLIP_RULES
+from dpmed.data.registry import dataset_label
+from dpmed.privacy.clipping import CLIP_RULES, report_order
 from dpmed.report.style import save_figure
 from dpmed.seg.grid import SEG_DATASETS, is_paper_cell
-from dpmed.seg.report.labels import clip_label, clip_order, dataset_label, model_label, model_order
+from dpmed.seg.report.labels import clip_label, model_label, model_order
 
 # Bottom row of the paper's Fig. 7: the model shown per dataset.
 BOTTOM_MODEL = {"duke": "unet", "umn": "unet", "covidct": "infnet"}
@@ -70,7 +71,7 @@ def alignment_figure(alignment_paths: Iterable[str | Path], png_path: str | Path
         nrows, ncols, figsize=(4.2 * ncols, 3.4 * nrows), squeeze=False, sharey=True
     )
     rng = np.random.default_rng(0)
-    clip_rank = clip_order()
+    clip_rank = report_order()
     private = [c for c in clip_rank if CLIP_RULES[c].bounded]
     medians = []
     for index, (ax, (dataset, model)) in enumerate(zip(axes.flat, panels, strict=False)):
@@ -92,10 +93,8 @@ def alignment_figure(alignment_paths: Iterable[str | Path], png_path: str | Path
         if index % ncols == 0:
             ax.set_ylabel("cosine(transformed, true gradient)")
         for clip, v in zip(clips, values, strict=True):
-            medians.append(
-                {"dataset": dataset, "model": model, "clip": clip, "steps": len(v)}
-                | {"median": float(np.median(v))}
-            )
+            row = {"dataset": dataset, "model": model, "clip": clip, "steps": len(v)}
+            medians.append(row | {"median": float(np.median(v))})
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     fig.suptitle("Gradient cosine similarity under DP training (per optimizer step)")

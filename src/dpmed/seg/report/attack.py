@@ -24,7 +24,6 @@ chance (0.5) dashed.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -33,9 +32,10 @@ import numpy as np
 import pandas as pd
 
 from dpmed.config.wildcards import parse_eps
+from dpmed.data.registry import dataset_label
 from dpmed.errors import DataFormatError
 from dpmed.metrics.membership import THRESHOLD_FREE
-from dpmed.privacy.clipping import CLIP_RULES
+from dpmed.privacy.clipping import CLIP_RULES, report_order
 from dpmed.report.intervals import (
     INTERVAL_METHOD,
     bootstrap_interval,
@@ -45,9 +45,8 @@ from dpmed.report.intervals import (
     summarize,
 )
 from dpmed.report.style import note_seeds, save_figure, write_table
-from dpmed.seg.grid import SEG_DATASETS, clip_rule
-from dpmed.seg.morphology import is_plain, morph_kind
-from dpmed.seg.report.labels import clip_label, clip_order, dataset_label, model_label, model_order
+from dpmed.seg.grid import SEG_DATASETS, clip_rule, is_shown_cell
+from dpmed.seg.report.labels import clip_label, model_label, model_order
 
 METRICS = ("auc", "balanced_accuracy", "advantage", "tpr_at_fpr_1pct", "tpr_at_fpr_0.1pct")
 CELL = ["dataset", "model", "clip", "morph", "eps"]
@@ -86,7 +85,7 @@ def _order(row: pd.Series) -> tuple:
         datasets.index(row["dataset"]) if row["dataset"] in datasets else len(datasets),
         row["dataset"],
         model_order().index(row["model"]),
-        clip_order().index(clip_rule(row["clip"])),
+        report_order().index(clip_rule(row["clip"])),
         row["clip"],
         row["morph"],
         parse_eps(row["eps"]),
@@ -119,15 +118,10 @@ def attack_table(runs: pd.DataFrame) -> pd.DataFrame:
     return table.iloc[order].reset_index(drop=True)
 
 
-def is_paper_cell(clip: str, morph: str) -> bool:
-    """A Fig. 9 cell: plain clip rule (no lr×C sweep) and morph none or fixed, unsuffixed."""
-    return clip_rule(clip) == clip and morph_kind(morph) != "adaptive" and is_plain(morph)
-
-
 def figure_cells(runs: pd.DataFrame) -> pd.DataFrame:
     """Per paper cell of `collect_attacks` rows: `n_seeds`, mean AUC, mean balanced accuracy
     and its error bar (`ba_below`, `ba_above`: `error_bars` within [0, 1])."""
-    runs = runs[[is_paper_cell(c, m) for c, m in zip(runs["clip"], runs["morph"], strict=True)]]
+    runs = runs[[is_shown_cell(wc) for wc in runs[CELL].to_dict("records")]]
     rows = []
     for key, cell in runs.groupby(CELL, sort=False):
         mean, below, above = error_bars(cell["balanced_accuracy"])
@@ -179,17 +173,12 @@ def _sorted_series(cells: pd.DataFrame) -> list[tuple[str, str]]:
     """The (clip, eps) pairs present, clip rules in paper order, then ε ascending."""
     return sorted(
         set(zip(cells["clip"], cells["eps"], strict=True)),
-        key=lambda s: (clip_order().index(s[0]), parse_eps(s[1])),
+        key=lambda s: (report_order().index(s[0]), parse_eps(s[1])),
     )
 
 
 def _series_label(clip: str, eps: str) -> str:
     return clip_label(clip) + (f" (ε={eps})" if CLIP_RULES[clip].bounded else "")
-
-
-def _error_bar(row: object | None) -> tuple[float, float]:
-    """(below, above) the mean balanced accuracy to its drawn interval; NaN: none."""
-    return (math.nan, math.nan) if row is None else (row.ba_below, row.ba_above)
 
 
 def _panel(ax: plt.Axes, cells: pd.DataFrame, all_series: list[tuple[str, str]]) -> None:
@@ -206,7 +195,8 @@ def _panel(ax: plt.Axes, cells: pd.DataFrame, all_series: list[tuple[str, str]])
         by_group = {(r.model, r.morph): r for r in rows.itertuples(index=False)}
         picked = [by_group.get(g) for g in groups]
         ba = [np.nan if r is None else r.balanced_accuracy_mean for r in picked]
-        err = np.array([_error_bar(r) for r in picked]).T
+        none = (np.nan, np.nan)  # below and above the mean: no interval drawn
+        err = np.array([none if r is None else (r.ba_below, r.ba_above) for r in picked]).T
         auc = [np.nan if r is None else r.auc_mean for r in picked]
         offset = x + (i - (len(series) - 1) / 2) * width
         eps_rank = [e for c, e in all_series if c == clip].index(eps)
@@ -217,7 +207,7 @@ def _panel(ax: plt.Axes, cells: pd.DataFrame, all_series: list[tuple[str, str]])
             yerr=err,
             capsize=2,
             label=_series_label(clip, eps),
-            color=colors(clip_order().index(clip)),
+            color=colors(report_order().index(clip)),
             hatch=HATCHES[eps_rank % len(HATCHES)],
             edgecolor="white",
         )

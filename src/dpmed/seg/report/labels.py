@@ -1,13 +1,10 @@
-"""How the seg tables and figures name and order datasets, models and clip rules: labels from
-the dataset, model and clip-rule registries, the report orders of paper 002."""
+"""How the seg tables and figures name and order models and name clip rules (from the model and
+clip-rule registries; `dpmed.privacy.clipping.report_order` orders the rules)."""
 
 from __future__ import annotations
 
-from dpmed.data.registry import dataset_label
 from dpmed.models import MODELS, models_of_kind
-from dpmed.privacy.clipping import CLIP_RULES, report_order
-
-__all__ = ["clip_label", "clip_order", "dataset_label", "model_label", "model_order"]
+from dpmed.privacy.clipping import CLIP_RULES
 
 # The paper's model order (UNet++ first); other seg models follow in registry order.
 PAPER_MODEL_ORDER = ("unetpp", "unet", "lfunet", "infnet")
@@ -24,11 +21,6 @@ def model_order() -> tuple[str, ...]:
 def model_label(model: str) -> str:
     """The display name of a seg model ("UNet++")."""
     return MODELS[model].label
-
-
-def clip_order() -> tuple[str, ...]:
-    """The clip rules in report order (`ClipEntry.rank`)."""
-    return report_order()
 
 
 def clip_label(clip: str) -> str:

@@ -14,6 +14,9 @@ rule (exactly one mask empty → image diagonal; both empty → 0). Figs. 3–5:
 (and HD95 for OCT, S_α for COVID CT) per clip rule, without morphology vs the fixed morphology
 variant with the best mean *validation* Dice for that model and rule (its name on the bar).
 Fig. 8: mean training seconds per model and rule for no / fixed / adaptive morphology.
+Privacy vs utility: test Dice against the target ε for every method of the main grid, one panel
+per dataset × model, mean over seeds with the 95 % t-interval; the non-private methods (ε = ∞)
+as reference lines (`dpmed.report.privacy_utility`), the plotted values beside it as a table.
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from dpmed.config.wildcards import parse_eps
+from dpmed.data.registry import dataset_label
+from dpmed.privacy.clipping import report_order
+from dpmed.report import privacy_utility
 from dpmed.report.intervals import INTERVAL_METHOD, UNIT, error_bars, paired_tests, summarize
 from dpmed.report.style import (
     grey_unlearned,
@@ -39,11 +46,12 @@ from dpmed.report.style import (
 from dpmed.seg.claims import LEARNED_DICE
 from dpmed.seg.grid import SEG_DATASETS, STRUCTURE_DATASETS
 from dpmed.seg.morphology import MORPH_KINDS, morph_kind, parse_morph
-from dpmed.seg.report.labels import clip_label, clip_order, model_label, model_order
+from dpmed.seg.report.labels import clip_label, model_label, model_order
 
 METRICS = ("dice", "hd95", "mae", "s_alpha", "e_phi")
 COLUMN = {"dice": "Dice", "hd95": "HD95", "mae": "MAE", "s_alpha": "S_alpha", "e_phi": "E_phi"}
 BASELINE_CLIP = "flat"  # the clip rule the others are tested against (paired over seeds)
+SETTING_ORDER = ("Non-private", "DP (no morph)", "DP + Morph")  # then DP + Adaptive Morph (vN)
 
 
 def collect_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
@@ -59,9 +67,8 @@ def collect_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     if frame.empty:
         raise ValueError("no seg runs given")
-    return frame.sort_values(["dataset", "model", "clip", "morph", "eps", "seed"]).reset_index(
-        drop=True
-    )
+    order = ["dataset", "model", "clip", "morph", "eps", "seed"]
+    return frame.sort_values(order).reset_index(drop=True)
 
 
 def setting_method(clip: str, morph: str) -> tuple[str, str]:
@@ -120,12 +127,12 @@ def main_table(runs: pd.DataFrame, dataset: str) -> pd.DataFrame:
             )
         ]
         table.insert(at, COLUMN[name], text)
-    models, clips = model_order(), clip_order()
+    models, clips = model_order(), report_order()
     order = [
         (
             models.index(model),
             setting != "Non-private",
-            _setting_rank(setting),
+            SETTING_ORDER.index(setting) if setting in SETTING_ORDER else len(SETTING_ORDER),
             MORPH_KINDS.index(morph_kind(morph)),
             clips.index(clip),
             morph,
@@ -137,11 +144,6 @@ def main_table(runs: pd.DataFrame, dataset: str) -> pd.DataFrame:
     table = table.iloc[sorted(range(len(table)), key=order.__getitem__)]
     table = table.drop(columns="model").rename(columns={"model_label": "model"})
     return table.reset_index(drop=True)
-
-
-def _setting_rank(setting: str) -> int:
-    order = ["Non-private", "DP (no morph)", "DP + Morph"]
-    return order.index(setting) if setting in order else 3
 
 
 def write_main_table(
@@ -189,7 +191,7 @@ def clipping_figure(
     fig, axes = plt.subplots(2, len(models), figsize=(4.2 * len(models), 6), squeeze=False)
     for col, model in enumerate(models):
         mc = cells[cells["model"] == model]
-        clips = [c for c in clip_order() if c in set(mc["clip"])]
+        clips = [c for c in report_order() if c in set(mc["clip"])]
         x = np.arange(len(clips))
         for row, metric in enumerate(("dice", second)):
             ax = axes[row, col]
@@ -252,7 +254,7 @@ def training_time_figure(metrics_paths: Iterable[str | Path], png_path: str | Pa
         groups = [
             (m, c)
             for m in model_order()
-            for c in clip_order()
+            for c in report_order()
             if any((m, c, k) in means.index for k in kinds)
         ]
         x = np.arange(len(groups))
@@ -272,3 +274,53 @@ def training_time_figure(metrics_paths: Iterable[str | Path], png_path: str | Pa
         ax.legend(fontsize=8)
     fig.suptitle("Training time per model and clipping rule (mean over runs)")
     save_figure(fig, png_path)
+
+
+def utility_runs(metrics_paths: Iterable[str | Path]) -> pd.DataFrame:
+    """One row per run (panel `<dataset> · <model>`, line, eps as float, value = test Dice),
+    in report order: datasets, models, non-private first, morph kind, clip rule, morph, ε. A
+    line is Table 3's method, prefixed by its setting when private (`No Morph`, `DP + Morph:
+    Flat (both-k3)`)."""
+    runs = collect_runs(metrics_paths)
+    models, clips = model_order(), report_order()
+    order = runs.apply(
+        lambda r: (
+            SEG_DATASETS.index(r["dataset"]),
+            models.index(r["model"]),
+            r["clip"] != "none",
+            MORPH_KINDS.index(morph_kind(r["morph"])),
+            clips.index(r["clip"]),
+            r["morph"],
+            parse_eps(str(r["eps"])),
+            int(r["seed"]),
+        ),
+        axis=1,
+    )
+    runs = runs.assign(_order=order).sort_values("_order", kind="stable")
+    return pd.DataFrame(
+        {
+            "panel": [
+                f"{dataset_label(d)} · {model_label(m)}"
+                for d, m in zip(runs["dataset"], runs["model"], strict=True)
+            ],
+            "line": [
+                method if setting == "Non-private" else f"{setting}: {method}"
+                for setting, method in map(setting_method, runs["clip"], runs["morph"])
+            ],
+            "eps": [parse_eps(str(e)) for e in runs["eps"]],
+            "value": runs["dice"].astype(float).to_numpy(),
+        }
+    )
+
+
+def privacy_utility_report(
+    metrics_paths: Iterable[str | Path], png_path: str | Path, csv_path: str | Path
+) -> None:
+    """Write the figure (`png_path` + .pdf) and its plotted values (`csv_path` + twins:
+    panel, line, eps, n_seeds, dice_mean, dice_ci_low, dice_ci_high)."""
+    data = privacy_utility.points(utility_runs(metrics_paths))
+    floors = dict.fromkeys(data["panel"], LEARNED_DICE)
+    rule = f"Dice < {LEARNED_DICE:g}"
+    fig = privacy_utility.figure(data, "test Dice", "seg: test Dice vs ε", floors, rule)
+    save_figure(fig, png_path)
+    write_table(privacy_utility.named(data, "dice"), csv_path)

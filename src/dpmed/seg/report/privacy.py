@@ -58,12 +58,6 @@ def write_clip_rule_table(csv_path: str | Path) -> None:
     write_table(clip_rule_table(), csv_path)
 
 
-def _morph_label(morph: str) -> str:
-    """Morph kind, with the sound per-image adaptive variant (`-s`) named apart."""
-    spec = parse_morph(morph)
-    return f"{spec.kind} per-image" if spec.scope == "sample" else spec.kind
-
-
 def seg_privacy_table(privacy_paths: Iterable[str | Path]) -> pd.DataFrame:
     """Sound vs paper recipe per private seg configuration (non-private runs are skipped).
 
@@ -76,10 +70,11 @@ def seg_privacy_table(privacy_paths: Iterable[str | Path]) -> pd.DataFrame:
             continue
         wc = wildcards_from_path("seg", path)
         sigma, clip_norm = rec["noise_multipliers"][0], rec["clip_norm"]
+        spec = parse_morph(wc["morph"])  # the sound per-image adaptive variant (-s) apart
         rows.append(
             {
                 "clip": rec["extra"]["clip_rule"],
-                "morph": _morph_label(wc["morph"]),
+                "morph": f"{spec.kind} per-image" if spec.scope == "sample" else spec.kind,
                 "dataset": wc["dataset"],
                 "model": wc["model"],
                 "clip_norm": clip_norm,

@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -25,16 +26,17 @@ from matplotlib.patches import Patch
 
 from dpmed.config.grid import wildcards_from_path
 from dpmed.config.wildcards import parse_eps
-from dpmed.privacy.clipping import paper_column_order
+from dpmed.data.registry import dataset_label
+from dpmed.models import load_model
+from dpmed.privacy.clipping import paper_column_order, report_order
 from dpmed.report.data import LABEL_COLOURS
 from dpmed.report.style import save_figure
 from dpmed.seg.data import load_seg_data
-from dpmed.seg.grid import SEG_DATASETS, clip_rule
-from dpmed.seg.inference import load_run_model
+from dpmed.seg.grid import SEG_DATASETS, is_shown_cell
 from dpmed.seg.losses import split_output
 from dpmed.seg.morph_ops import apply_morph
 from dpmed.seg.morphology import MorphSpec, morph_kind, parse_morph
-from dpmed.seg.report.labels import clip_label, clip_order, dataset_label, model_label, model_order
+from dpmed.seg.report.labels import clip_label, model_label, model_order
 
 # Improved map (Fig. 10): 0 correct before and after, 1 wrong before and after, 2 corrected
 # by morphology, 3 new error introduced by morphology.
@@ -111,9 +113,13 @@ def _show_mask(ax: plt.Axes, mask: np.ndarray, n_classes: int) -> None:
     )
 
 
-def _class_handles(class_names: Mapping[int, str]) -> list[Patch]:
+def _class_legend(ax: plt.Axes, class_names: Mapping[int, str], **placement: Any) -> None:
+    """The legend of the class colours on `ax`, placed by `placement` (legend keywords)."""
     cmap = _class_cmap(len(class_names))
-    return [Patch(color=cmap(c), label=f"{c}: {name}") for c, name in sorted(class_names.items())]
+    handles = [
+        Patch(color=cmap(c), label=f"{c}: {name}") for c, name in sorted(class_names.items())
+    ]
+    ax.legend(handles=handles, fontsize=6, frameon=False, **placement)
 
 
 def _clear(ax: plt.Axes) -> None:
@@ -137,13 +143,8 @@ def examples_figure(processed_dirs: Mapping[str, str | Path], png_path: str | Pa
             f"({chr(ord('a') + col)}) {dataset_label(dataset)}: test image {ex.index}", fontsize=8
         )
         _show_mask(bottom, ex.mask, ex.n_classes)
-        bottom.legend(
-            handles=_class_handles(ex.class_names),
-            fontsize=6,
-            loc="upper center",
-            bbox_to_anchor=(0.5, -0.03),
-            ncol=2,
-            frameon=False,
+        _class_legend(
+            bottom, ex.class_names, loc="upper center", bbox_to_anchor=(0.5, -0.03), ncol=2
         )
         for ax in (top, bottom):
             _clear(ax)
@@ -167,13 +168,9 @@ def run_table(model_paths: Iterable[str | Path]) -> pd.DataFrame:
 
 
 def _usable(runs: pd.DataFrame, datasets: Iterable[str]) -> pd.DataFrame:
-    """Runs of `datasets` with a plain clip rule (no sweep suffix) and no adaptive morphology."""
-    keep = (
-        runs["dataset"].isin(list(datasets))
-        & runs["clip"].map(lambda c: clip_rule(c) == c)
-        & runs["morph"].map(morph_kind).isin(["none", "fixed"])
-    )
-    return runs[keep]
+    """Runs of `datasets` in cells the paper's qualitative figures show (`is_shown_cell`)."""
+    shown = [is_shown_cell(wc) for wc in runs.to_dict("records")]
+    return runs[runs["dataset"].isin(list(datasets)) & np.array(shown, dtype=bool)]
 
 
 def _first_run(cell: pd.DataFrame) -> pd.Series:
@@ -208,7 +205,7 @@ def select_morph_runs(runs: pd.DataFrame, datasets: Iterable[str]) -> pd.DataFra
     lowest seed."""
     usable = _usable(runs, datasets)
     fixed = usable[usable["morph"].map(morph_kind) == "fixed"]
-    models, clips = model_order(), clip_order()
+    models, clips = model_order(), report_order()
     chosen = []
     for dataset in SEG_DATASETS:
         sub = fixed[fixed["dataset"] == dataset]
@@ -225,7 +222,7 @@ def select_morph_runs(runs: pd.DataFrame, datasets: Iterable[str]) -> pd.DataFra
 
 def raw_logits(run: pd.Series, image: torch.Tensor) -> torch.Tensor:
     """The final class-logit map (C, H, W) of `run`'s network on `image` (1, 1, H, W)."""
-    net = load_run_model(run["run_dir"], device="cpu")
+    net = load_model(Path(run["run_dir"]) / "model.pt")
     with torch.no_grad():
         maps, _ = split_output(net(image))
     return maps[0][0]
@@ -268,13 +265,9 @@ def visual_figure(
     model_paths: Iterable[str | Path], processed: Mapping[str, str | Path], png_path: str | Path
 ) -> None:
     """Fig. 6: per dataset (rows) input, ground truth and the prediction of each clip rule
-    (`select_visual_runs`); rules without a run are blank panels marked "not run".
-
-    Args:
-        model_paths: model.pt of the candidate runs.
-        processed: dataset → its processed data folder.
-        png_path: the figure (a .pdf is written beside it).
-    """
+    (`select_visual_runs` among the candidates' model.pt files; `processed`: dataset → its
+    processed data folder) to `png_path` (+ .pdf); rules without a run are blank panels marked
+    "not run"."""
     chosen = _runs_or_raise(model_paths, processed, select_visual_runs, "Fig. 6")
     datasets = list(dict.fromkeys(chosen["dataset"]))
     examples = {d: load_example(processed[d], d) for d in datasets}
@@ -309,13 +302,7 @@ def visual_figure(
             )
         for a in ax:
             _clear(a)
-        ax[-1].legend(
-            handles=_class_handles(ex.class_names),
-            fontsize=6,
-            loc="center left",
-            bbox_to_anchor=(1.03, 0.5),
-            frameon=False,
-        )
+        _class_legend(ax[-1], ex.class_names, loc="center left", bbox_to_anchor=(1.03, 0.5))
     fig.suptitle("Predictions per clipping rule on one test image per dataset", fontsize=10)
     save_figure(fig, png_path)
 
@@ -355,15 +342,10 @@ def morph_effect_figure(
             f"{clip_label(run['clip'])} ({_eps_label(run['eps'])})",
             fontsize=8,
         )
-        ax[4].legend(
-            handles=_class_handles(ex.class_names),
-            fontsize=6,
-            loc="center left",
-            bbox_to_anchor=(1.03, 0.5),
-            title="classes",
-            title_fontsize=6,
-            frameon=False,
-        )
+        _class_legend(
+            ax[4], ex.class_names, loc="center left", bbox_to_anchor=(1.03, 0.5),
+            title="classes", title_fontsize=6,
+        )  # fmt: skip
     states = ("right before and after", "wrong before and after", "corrected", "new error")
     axes[-1, 2].legend(
         handles=[Patch(color=IMPROVED_CMAP(i), label=text) for i, text in enumerate(states)],

@@ -81,21 +81,6 @@ def certificate(
     return builder.sign(issuer_key, hashes.SHA384())
 
 
-def make_certificates(folder: Path, hosts: Sequence[str] = HOSTS) -> Path:
-    """Write folder/ca.crt, ca.key, server.pem and server.key; the server certificate names
-    `hosts` (the SuperLink's addresses: IPs or DNS names). Returns folder/ca.crt."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    ca_key, server_key = ec.generate_private_key(CURVE), ec.generate_private_key(CURVE)
-    ca = certificate("dpmed Flower CA", ca_key, None, ca_key)
-    server = certificate(hosts[0], server_key, ca, ca_key, hosts)
-    write_private(folder / "ca.key", pem_key(ca_key))
-    write_private(folder / "server.key", pem_key(server_key))
-    (folder / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    (folder / "server.pem").write_bytes(server.public_bytes(serialization.Encoding.PEM))
-    return folder / "ca.crt"
-
-
 def make_node_key(path: Path) -> Path:
     """Write a SuperNode's OpenSSH ECDSA P-384 private key to `path` and its public key to
     `path`.pub; returns the public key's path."""
@@ -115,9 +100,18 @@ def make_node_key(path: Path) -> Path:
 
 
 def make_credentials(folder: Path, nodes: int, hosts: Sequence[str] = HOSTS) -> list[Path]:
-    """folder/certificates (`make_certificates`) and folder/keys/supernode-<k> for k < `nodes`
-    (`make_node_key`); returns the public keys' paths."""
-    make_certificates(Path(folder) / "certificates", hosts)
+    """folder/certificates/ca.crt, ca.key, server.pem and server.key (the server certificate
+    names `hosts`, the SuperLink's addresses: IPs or DNS names) and folder/keys/supernode-<k>
+    for k < `nodes` (`make_node_key`); returns the public keys' paths."""
+    certs = Path(folder) / "certificates"
+    certs.mkdir(parents=True, exist_ok=True)
+    ca_key, server_key = ec.generate_private_key(CURVE), ec.generate_private_key(CURVE)
+    ca = certificate("dpmed Flower CA", ca_key, None, ca_key)
+    server = certificate(hosts[0], server_key, ca, ca_key, hosts)
+    write_private(certs / "ca.key", pem_key(ca_key))
+    write_private(certs / "server.key", pem_key(server_key))
+    (certs / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (certs / "server.pem").write_bytes(server.public_bytes(serialization.Encoding.PEM))
     return [make_node_key(Path(folder) / "keys" / f"supernode-{k}") for k in range(nodes)]
 
 

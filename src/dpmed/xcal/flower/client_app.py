@@ -1,11 +1,8 @@
 """The XCal-FL ClientApp: dpmed's xcal `Client` on one SuperNode.
 
-A SuperNode is one client site. Its `--node-config` says which client it is, where its data
-live, the site's privacy policy file and the node's state folder (`NodeSettings`); the round's
-plan (`dpmed.xcal.flower.wire`) says which job the server asks it to train. Under Flower's
-simulation engine (`flwr run` on the app's local-simulation federation: every client in one
-process on the user's own machine) a client's settings come from the run config instead
-(`NodeSettings.simulated`): the policy admitting exactly the run config's job.
+A SuperNode is one client site, set up by its `--node-config` (`NodeSettings`; in Flower's
+simulation engine by the run config, `NodeSettings.simulated`); the round's plan
+(`dpmed.xcal.flower.wire`) says which job the server asks it to train.
 
 The node trusts its site, not the server. It refuses (the roll call and every round) a plan
 that its site's `SitePolicy` (method, ε, δ, clip norm, most rounds, schedule seed) does not
@@ -29,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from torch import nn
 
@@ -47,7 +44,13 @@ from dpmed.xcal.federation import (
     load_split,
 )
 from dpmed.xcal.flower import wire
-from dpmed.xcal.flower.policy import NodeLedger, PlanRefused, SitePolicy, locked, plan_text
+from dpmed.xcal.flower.policy import (
+    NodeLedger,
+    PlanRefused,
+    SitePolicy,
+    federation_plan,
+    locked,
+)
 from dpmed.xcal.flower.runconfig import UserValue, job_from_run_config, processed_dir
 from dpmed.xcal.methods import resolve
 
@@ -167,24 +170,16 @@ def client_data(job: JobContext, settings: NodeSettings) -> tuple[np.ndarray, np
     return client_partitions(job)[settings.client]
 
 
-@dataclass
-class LocalClient:
-    """The client with the network it trains and its per-sample wrapper (None: non-private)."""
-
-    client: Client
-    net: nn.Module
-    wrapped: nn.Module | None
-
-
 def local_client(
     job: JobContext,
     arguments: dict[str, Any],
     settings: NodeSettings,
     schedule: list[list[int]],
     saved: dict | None,
-) -> LocalClient:
-    """Build the client of `job` on this node, calibrated to `schedule`, in the state `saved`
-    (`Client.state`; None: a new client)."""
+) -> tuple[Client, nn.Module, nn.Module | None]:
+    """The client of `job` on this node, calibrated to `schedule`, in the state `saved`
+    (`Client.state`; None: a new client), the network it trains and its per-sample wrapper
+    (None: non-private)."""
     device = job.start()
     wc = job.wildcards
     method = resolve(wc["method"], math.isfinite(parse_eps(wc["eps"])), job.params["presets"])
@@ -196,13 +191,13 @@ def local_client(
     client = build_client(job, k, images, labels, method, layer, schedule, device, seeds)
     if saved is not None:
         client.load_state(saved)
-    return LocalClient(client, net, wrapped)
+    return client, net, wrapped
 
 
 def admitted(settings: NodeSettings, job: JobContext, arguments: dict[str, Any]) -> NodeLedger:
     """The node's ledger for the plan of `job` if the site's policy and the ledger admit it;
     raises PlanRefused naming the client and why otherwise."""
-    plan = plan_text(job, arguments)
+    plan = json.dumps(federation_plan(job, arguments), sort_keys=True)
     ledger = NodeLedger.load(settings.ledger, plan)
     reason = SitePolicy.read(settings.policy).refusal(job) or ledger.refusal(plan)
     if reason is not None:
@@ -255,17 +250,16 @@ def train(msg: Message, context: Context) -> Message:
         schedule = client_schedule(job)  # of the admitted plan: at most max_rounds rounds
         if reason := round_refusal(k, r, schedule, ledger.trained):
             raise PlanRefused(f"client {k} refuses round {r + 1}: {reason}")
-        local = local_client(job, arguments, settings, schedule, ledger.client)
-        device = local.client.x.device
-        global_state = wire.record_tensors(msg.content.array_records[wire.GLOBAL], device)
-        update = local.client.train_round(local.net, local.wrapped, global_state)
+        client, net, wrapped = local_client(job, arguments, settings, schedule, ledger.client)
+        global_state = wire.record_tensors(msg.content.array_records[wire.GLOBAL], client.x.device)
+        update = client.train_round(net, wrapped, global_state)
         ledger.trained.append(r)
-        ledger.client = local.client.state()
+        ledger.client = client.state()
         ledger.save()
     content = RecordDict(
         {
-            wire.UPDATE: wire.tensors_record(update.tensors),
-            wire.REPORT: wire.report_record(local.client, update, settings.noise_source),
+            wire.UPDATE: ArrayRecord.from_torch_state_dict(update.tensors),
+            wire.REPORT: wire.report_record(client, update, settings.noise_source),
         }
     )
     return Message(content, reply_to=msg)

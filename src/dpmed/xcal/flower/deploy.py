@@ -201,39 +201,22 @@ def local_federation(
         fp.stop(procs)
 
 
-def node_config(
-    k: int,
-    n_clients: int,
-    data_dir: Path,
-    policy: Path,
-    state_dir: Path,
-    seeded: bool = False,
-) -> str:
-    """The --node-config of client k's SuperNode in a local federation (`client_app`): its data,
-    its site policy file, the folder its privacy ledger persists in, and its seeds (the job's
-    when `seeded`, else the node's OS entropy)."""
-    seeds = "job" if seeded else "secret"
-    return (
-        f"partition-id={k} num-partitions={n_clients} data-dir='{Path(data_dir).resolve()}' "
-        f"split='dpmed' seeds='{seeds}' threads=1 policy='{Path(policy).resolve()}' "
-        f"state-dir='{Path(state_dir).resolve()}'"
-    )
-
-
 def site_configs(job: JobContext, work: Path, seeded: bool = False) -> list[str]:
-    """The --node-configs of `job`'s K sites: writes site-<k>/policy.json under `work`, each
-    the policy admitting `job` only, its ledger kept in site-<k>/state."""
+    """The --node-configs of `job`'s K sites (`client_app.NodeSettings`): each its client
+    number, the job's processed data dealt as the in-process run deals them, its seeds (the
+    job's when `seeded`, else the node's OS entropy), site-<k>/policy.json under `work` (written
+    here: the policy admitting `job` only) and its ledger folder site-<k>/state."""
     from dpmed.xcal.flower.policy import SitePolicy
 
-    n_clients = int(job.wildcards["clients"])
+    n_clients, seeds = int(job.wildcards["clients"]), "job" if seeded else "secret"
     configs = []
     for k in range(n_clients):
-        site = Path(work) / f"site-{k}"
+        site = (Path(work) / f"site-{k}").resolve()
         SitePolicy.for_job(job).write(site / "policy.json")
         configs.append(
-            node_config(
-                k, n_clients, job.processed_dir, site / "policy.json", site / "state", seeded
-            )
+            f"partition-id={k} num-partitions={n_clients} "
+            f"data-dir='{Path(job.processed_dir).resolve()}' split='dpmed' seeds='{seeds}' "
+            f"threads=1 policy='{site / 'policy.json'}' state-dir='{site / 'state'}'"
         )
     return configs
 

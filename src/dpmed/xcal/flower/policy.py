@@ -34,15 +34,8 @@ PLAN_KEYS = {
     "max_rounds": "params.rounds",
     "seed": "wildcards.seed",
 }
-NUMBER = (float | int, "a number")
-KINDS = {
-    "method": (str, "a string"),
-    "eps": NUMBER,
-    "delta": NUMBER,
-    "clip_norm": NUMBER,
-    "max_rounds": (int, "an integer"),
-    "seed": (str, "a string"),
-}
+# What a policy key's annotated type admits (a bool is never a number).
+KINDS = {"str": (str, "a string"), "float": (float | int, "a number"), "int": (int, "an integer")}
 
 
 class PlanRefused(RuntimeError):
@@ -70,10 +63,10 @@ class SitePolicy:
     seed: str
 
     def __post_init__(self) -> None:
-        for name, (kind, called) in KINDS.items():
-            value = getattr(self, name)
+        for f in fields(self):
+            (kind, called), value = KINDS[f.type], getattr(self, f.name)
             if not isinstance(value, kind) or isinstance(value, bool):
-                raise ValueError(f"policy key {name} must be {called}, not {value!r}")
+                raise ValueError(f"policy key {f.name} must be {called}, not {value!r}")
         if not (self.eps > 0 and (math.isfinite(self.eps) or self.eps == math.inf)):
             raise ValueError(f"policy key eps must be > 0 and finite or inf, not {self.eps!r}")
         if not 0 < self.delta < 1:
@@ -148,20 +141,19 @@ def plan_values(job: JobContext) -> dict[str, Any]:
     }
 
 
-def plan_text(job: JobContext, model_arguments: dict[str, Any]) -> str:
-    """The federation plan a node's ledger is bound to: the whole plan but the round
-    (wildcards, hyperparameters, job seed, network arguments), as canonical JSON."""
-    plan = {
+def federation_plan(job: JobContext, model_arguments: dict[str, Any]) -> dict[str, Any]:
+    """The plan of a federation, all public: the wildcards, hyperparameters, job seed and
+    network arguments of `job` (a node's ledger is bound to it as canonical JSON)."""
+    return {
         "wildcards": dict(job.wildcards),
         "params": dict(job.params),
         "seed": int(job.seed),
         "model_arguments": model_arguments,
     }
-    return json.dumps(plan, sort_keys=True)
 
 
 def differing_keys(a: str, b: str) -> list[str]:
-    """The keys (`section.key`) in which two `plan_text`s differ."""
+    """The keys (`section.key`) in which two federation plans (canonical JSON) differ."""
     left, right = json.loads(a), json.loads(b)
     keys = []
     for section in sorted(set(left) | set(right)):
@@ -179,7 +171,7 @@ class NodeLedger:
 
     Args:
         path: its file in the node's state folder (torch.save of plain data).
-        plan: the `plan_text` it is bound to.
+        plan: the federation plan it is bound to, as canonical JSON (`federation_plan`).
         trained: the 0-based rounds the node trained (an update computed counts, whether or
             not its reply arrived).
         client: the client's state (`dpmed.xcal.client.Client.state`: generators, the method's

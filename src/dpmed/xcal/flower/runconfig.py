@@ -68,22 +68,17 @@ def run_path(wildcards: Mapping[str, str]) -> Path:
     return Path(SPEC.path.format(**wildcards))
 
 
-def out_root(job: JobContext) -> Path:
-    """The `out` of `job`: its run folder less the cell's run path; ValueError when the run
-    folder does not end in it."""
-    run, out = run_path(job.wildcards).parts, Path(job.out_dir).parts
-    if out[-len(run) :] != run:
-        raise ValueError(f"run folder {job.out_dir} is not <out>/{run_path(job.wildcards)}")
-    return Path(*out[: -len(run)]) if len(out) > len(run) else Path(".")
-
-
 def run_config(job: JobContext, **deployment: UserValue) -> dict[str, UserValue]:
-    """The run config of `job` (paths absolute; the app's defaults for the other `DEPLOYMENT`
-    keys), `deployment` keys replacing any of them."""
+    """The run config of `job` (paths absolute; `out`: the run folder less the cell's run path;
+    the app's defaults for the other `DEPLOYMENT` keys), `deployment` keys replacing any of
+    them."""
     from dpmed.config.grid import job_seed
 
     if job.seed != job_seed("xcal", job.wildcards):  # the run config's job derives it
         raise ValueError(f"job seed {job.seed} is not the cell's {job_seed('xcal', job.wildcards)}")
+    run, out = run_path(job.wildcards).parts, Path(job.out_dir).parts
+    if out[-len(run) :] != run:
+        raise ValueError(f"run folder {job.out_dir} is not <out>/{run_path(job.wildcards)}")
     schema, _ = param_schema()
     config: dict[str, UserValue] = {wc: str(job.wildcards[wc]) for wc in WILDCARDS}
     for key, value in job.params.items():
@@ -96,7 +91,7 @@ def run_config(job: JobContext, **deployment: UserValue) -> dict[str, UserValue]
     defaults = app_defaults()
     config.update({key: defaults[key] for key in DEPLOYMENT})
     config["processed"] = str(Path(job.processed_dir).resolve())
-    config["out"] = str(out_root(job).resolve())
+    config["out"] = str((Path(*out[: -len(run)]) if len(out) > len(run) else Path(".")).resolve())
     return {**config, "device": job.device, **deployment}
 
 
@@ -162,11 +157,9 @@ def server_job(config: Mapping[str, UserValue]) -> JobContext:
     job = job_from_run_config(config)
     if not str(config["processed"]):
         from dpmed.config.checks import load_configs
-        from dpmed.data.stage import synthetic_processed
 
-        dataset = job.wildcards["dataset"]
-        data = load_configs([workflow_file("config/smoke.yaml")])["data"][dataset]
-        synthetic_processed(dataset, data, Path(job.processed_dir).parent)
+        smoke = load_configs([SMOKE_CONFIG])
+        synthetic_data(smoke, {job.wildcards["dataset"]}, Path(job.processed_dir).parent)
     return job
 
 

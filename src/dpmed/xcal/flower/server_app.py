@@ -13,29 +13,24 @@ counts in it every round whose update arrived (`count_round`: a fixed-σ method'
 charged as the client charges it; XCal-FL's proven ε depends only on that count and the
 calibration). Each report is only checked against that view (`verify_report`): a round count,
 ε, sample count or ledger that disagrees, or anything malformed, is refused by name; the
-update is screened (`dpmed.xcal.screen.update_fault`: keys, shapes, dtypes, finite entries,
-norm). A refused or screened-out update is left out of the round's average but still counts in
-its client's ε. FedAvg weights are the roll call's sample counts.
-
-privacy.json and federation.json are rewritten (atomically) after every released round and
-when the run stops with an error, from the server's views, naming the rounds released and what
-stopped the run (`extra.deployment`, present until the run completes); a sampled client whose
-update did not arrive is named in `extra.failed_updates`, one whose update was refused in
-`extra.refused_updates`. A round with no acceptable update ends the run with an error naming
-every client and reason.
+update is screened (`update_fault`: keys, shapes, dtypes, finite entries, norm). A refused or
+screened-out update is left out of the round's average but still counts in its client's ε.
+FedAvg weights are the roll call's sample counts. privacy.json and federation.json are
+rewritten after every released round and when the run stops (`write_record`).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import Context, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from dpmed.config.wildcards import parse_eps
@@ -57,7 +52,6 @@ from dpmed.xcal.flower import PROGRESS_LABEL, wire
 from dpmed.xcal.flower.runconfig import server_job
 from dpmed.xcal.methods import FixedSigmaState, XCalState
 from dpmed.xcal.privacy import privacy_record
-from dpmed.xcal.screen import update_fault
 
 POLL_SECONDS = 0.2  # how often the server asks the SuperLink for replies
 # The most training images a roll call may declare for one site: far beyond any medical image
@@ -79,6 +73,13 @@ REFUSED_REASON = (
     "the server observed, or an update that failed screening: extra.refused_updates) is left "
     "out of that round's average; its epsilon still counts that round"
 )
+# The largest L2 norm of a client's update w_k − w_global (float64, over the whole model) the
+# xcal server averages: orders of magnitude beyond any local round of DP-SGD or SGD at this
+# project's learning rates, and far below float32's range (3.4e38), so a FedAvg of screened
+# updates stays within it of the last global model. (fets' `MAX_UPDATE_NORM`, 1e100, guards
+# float64 Gram matrices and would let a float32 model take 1e30 weights.)
+MAX_UPDATE_NORM = 1e9
+
 
 app = ServerApp()
 
@@ -338,7 +339,7 @@ class RemoteRound:
 
     def __call__(self, sampled: list[int], global_state: dict) -> list[ClientUpdate]:
         plan = wire.plan_record(self.job, self.index, self.fed.model_arguments)
-        arrays = wire.tensors_record(global_state)
+        arrays = ArrayRecord.from_torch_state_dict(global_state)
         online = set(self.grid.get_node_ids())
         failed: dict[int, str] = {}
         messages = {}
@@ -453,23 +454,31 @@ def write_record(job: JobContext, fed: Federation, log: RoundLog, nodes: dict[in
     write_json(out_dir / "federation.json", federation)
 
 
-def write_outputs(
-    job: JobContext, fed: Federation, state: TrainState, log: RoundLog, nodes: dict[int, Node]
-) -> None:
-    """rounds.csv, road.json, gradcam.npz, privacy.json and model.pt as the in-process run
-    writes them (metrics.json, which times forward passes on a client's data, is not written),
-    and federation.json (`write_record`)."""
-    write_model_outputs(job, fed, state)
-    log.status = "completed"
-    write_record(job, fed, log, nodes)
-
-
-def check_aggregate(history: TrainState, previous: dict[str, torch.Tensor], r: int) -> None:
-    """Check round `r`'s aggregate before it is broadcast or saved: it must pass the screen an
-    update passes (`update_fault` against the previous global model); FederationError names
-    the tensor otherwise."""
-    if fault := update_fault(previous, history.global_state):
-        raise FederationError(f"round {r + 1}: the aggregate's tensor {fault[0]!r}: {fault[1]}")
+def update_fault(
+    reference: Mapping[str, Any], tensors: Mapping[str, Any]
+) -> tuple[str, str] | None:
+    """(tensor, reason) of the first way the torch state dict `tensors` fails as an update of
+    the model `reference`: a missing or extra key, another shape or dtype, a non-finite entry,
+    or ‖tensors − reference‖ beyond `MAX_UPDATE_NORM` (naming its largest tensor); None when
+    it passes."""
+    if missing := [k for k in reference if k not in tensors]:
+        return missing[0], "missing"
+    if extra := [k for k in tensors if k not in reference]:
+        return extra[0], "not a tensor of the model"
+    sq_norms = {}
+    for name, ref in reference.items():
+        value = tensors[name]
+        if value.shape != ref.shape or value.dtype != ref.dtype:
+            got, want = (tuple(value.shape), value.dtype), (tuple(ref.shape), ref.dtype)
+            return name, f"shape and dtype {got}, the model's are {want}"
+        if not bool(torch.isfinite(value).all()):
+            return name, "non-finite entries"
+        sq_norms[name] = float(torch.sum((value.double() - ref.double()) ** 2))
+    norm = math.sqrt(sum(sq_norms.values()))
+    if norm <= MAX_UPDATE_NORM:
+        return None
+    worst = max(sq_norms, key=sq_norms.__getitem__)
+    return worst, f"update norm {norm:.3g} beyond the limit {MAX_UPDATE_NORM:.0e}"
 
 
 def serve(grid: Grid, job: JobContext, round_timeout: float, connect_timeout: float) -> None:
@@ -489,11 +498,15 @@ def serve(grid: Grid, job: JobContext, round_timeout: float, connect_timeout: fl
             remote = RemoteRound(grid, job, fed, nodes, r, round_timeout, log)
             previous = history.global_state
             scores = train_round(fed, history, road_due, remote)
-            check_aggregate(history, previous, r)
+            if fault := update_fault(previous, history.global_state):  # as an update is screened
+                where = f"round {r + 1}: the aggregate's tensor {fault[0]!r}"
+                raise FederationError(f"{where}: {fault[1]}")
             log.released.append(r + 1)
             write_record(job, fed, log, nodes)
             progress.line(r + 1, scores, history.rows[-1]["epsilon"])
-        write_outputs(job, fed, history, log, nodes)
+        write_model_outputs(job, fed, history)  # no metrics.json: it times a client's data
+        log.status = "completed"
+        write_record(job, fed, log, nodes)
     except BaseException as error:
         log.status, log.stopped = "failed", f"{type(error).__name__}: {error}"
         write_record(job, fed, log, nodes)

@@ -28,6 +28,7 @@ from dpmed.privacy.adaptive import RdpLedger
 from dpmed.runtime import JobContext
 from dpmed.xcal.account import ClientAccount, StepStats
 from dpmed.xcal.client import Client, ClientUpdate
+from dpmed.xcal.flower.policy import federation_plan
 from dpmed.xcal.methods import FixedSigmaState
 
 PLAN, GLOBAL, UPDATE, REPORT = "plan", "global", "update", "report"
@@ -42,14 +43,9 @@ class Refused(ValueError):
 
 
 def plan_record(job: JobContext, round_index: int, model_arguments: dict[str, Any]) -> ConfigRecord:
-    """The round's plan: what a client needs to build its side of `job` (0-based round)."""
-    plan = {
-        "wildcards": dict(job.wildcards),
-        "params": dict(job.params),
-        "seed": int(job.seed),
-        "model_arguments": model_arguments,
-        "round": round_index,
-    }
+    """The round's plan: what a client needs to build its side of `job` (the federation plan,
+    `policy.federation_plan`, and the 0-based round)."""
+    plan = {**federation_plan(job, model_arguments), "round": round_index}
     return ConfigRecord({"json": json.dumps(plan)})
 
 
@@ -68,11 +64,6 @@ def read_plan(
         threads=threads,
     )
     return job, plan["model_arguments"], int(plan["round"])
-
-
-def tensors_record(tensors: dict[str, torch.Tensor]) -> ArrayRecord:
-    """A state dict as an ArrayRecord (CPU copies, key order kept)."""
-    return ArrayRecord.from_torch_state_dict(tensors)
 
 
 def record_tensors(record: ArrayRecord, device: torch.device) -> dict[str, torch.Tensor]:
