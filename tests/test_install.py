@@ -118,9 +118,11 @@ def test_the_version_names_the_commit_the_wheel_was_built_from(lib, tmp_path):
 
 @pytest.mark.fl
 def test_the_openfl_federation_runs_from_the_install_in_an_empty_folder(lib, tmp_path):
-    run = run_installed(lib, tmp_path, "-m", "dpmed.cli", "fl-openfl", "--out", "x", timeout=900)
-    assert run.returncode == 0, run.stderr[-4000:]
-    assert (tmp_path / "x" / "privacy.json").is_file()
+    done = run_installed(lib, tmp_path, "-m", "dpmed.cli", "fl-openfl", "--out", "x", timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    run = "results/fets/dp_simagg/sound/eps1/seed0"  # the launcher's default cell
+    assert (tmp_path / "x" / run / "privacy.json").is_file()
+    assert (tmp_path / "x" / "openfl" / "processes.json").is_file()
 
 
 @pytest.mark.fl
