@@ -74,10 +74,16 @@ def _assert_same_outputs(whole: Path, part: Path) -> None:
 KILLS = phase_kills(fets_run, "round", 2, "write_outputs")
 
 
+@pytest.fixture(scope="module")
+def whole(processed: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The uninterrupted run every killed one must end up equal to."""
+    out = tmp_path_factory.mktemp("whole")
+    run(_job(processed, out))
+    return out
+
+
 @pytest.mark.parametrize("phase", list(KILLS))
-def test_killed_run_resumes_to_the_uninterrupted_result(processed, tmp_path, phase):
-    whole = tmp_path / "whole"
-    run(_job(processed, whole))
+def test_killed_run_resumes_to_the_uninterrupted_result(processed, whole, tmp_path, phase):
     part = tmp_path / "part"
     with pytest.MonkeyPatch.context() as patch:
         KILLS[phase](patch)

@@ -92,38 +92,86 @@ def gpu_requests(sbatch_arguments: str) -> list[str]:
     return re.findall(r"--gpus[=\s]\S+|--gres[=\s]\S*gpu\S*", sbatch_arguments)
 
 
-@pytest.mark.parametrize(
-    "configfile",
-    [SMOKE_CONFIG, pytest.param(PAPER_CONFIG, marks=pytest.mark.slow)],
-    ids=["smoke", "paper"],
-)
-def test_each_gpu_job_makes_one_gpu_request_with_and_without_a_gpu_model(tmp_path, configfile):
+GPU_RULES = {"seg_train", "seg_attack", "fets_train", "xcal_train", "privacy_audit", "preflight"}
+TRAINING_RULES = ("seg_train", "seg_attack", "fets_train", "xcal_train")
+
+
+def gpu_plan(profile: Path, configfile: Path, workdir: Path, setting: dict) -> dict[str, Any]:
+    """The grid of `configfile` as a GPU cluster plans it with the site profile `profile` (which
+    sets `setting`), with and without `preflight`: the rules covered (the GPU rules with a
+    job), the wrong requests ((setting, rule, sbatch GPU arguments) of each GPU rule's first job
+    that does not make exactly one GPU request, of the set model if any) and the training
+    jobs' (rule, wildcards, resources)."""
+    plan: dict[str, Any] = {"covered": set(), "wrong": [], "training": [], "rules": set()}
+    for preflight in (False, True):
+        with profiled_workflow(profile, configfile, workdir, preflight=preflight,
+                               **ON_GPUS) as workflow:  # fmt: skip
+            gpu_rules = {r.name for r in workflow.rules if r.resources.get("gpu") == 1}
+            assert gpu_rules == GPU_RULES
+            first = {}
+            for job in planned_jobs(workflow):
+                first.setdefault(job.rule.name, job)
+                plan["rules"].add(job.rule.name)
+                if job.rule.name in TRAINING_RULES and not preflight:
+                    plan["training"].append((job.rule.name, dict(job.wildcards_dict),
+                                             dict(job.resources.items())))  # fmt: skip
+            for rule in gpu_rules & set(first):
+                arguments = set_gres_string(first[rule])
+                model = setting.get("gpu_model")
+                if len(gpu_requests(arguments)) != 1 or (
+                    model and f"--gpus={model}:1" not in arguments
+                ):
+                    plan["wrong"].append((setting, rule, arguments))
+                plan["covered"].add(rule)
+    return plan
+
+
+@pytest.fixture(scope="module")
+def paper_plan(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """`gpu_plan` of the paper grid with the template as installed: the suite's one plan of
+    the paper grid (the command line's dry runs and the local profile are checked on the
+    smoke grid, e.g. test_profiles.py)."""
+    root = tmp_path_factory.mktemp("paper")
+    return gpu_plan(profile_with(root, {}), PAPER_CONFIG, root / "work", {})
+
+
+def test_each_gpu_job_makes_one_gpu_request_with_and_without_a_gpu_model(tmp_path):
+    """The smoke grid with the template as installed and with each documented setting."""
     settings = gpu_model_settings()
     assert {"gpu_model": "a100"} in settings  # the template documents how to ask for a model
-    wrong = []  # (setting, rule, sbatch GPU arguments) of each job that asks wrongly
-    # Which GPU a job asks for comes from the profile, not the grid: the paper grid is checked
-    # with the template as installed, the smoke grid with each documented setting too.
-    for n, setting in enumerate([{}, *settings] if configfile == SMOKE_CONFIG else [{}]):
+    for n, setting in enumerate([{}, *settings]):
         profile = profile_with(tmp_path / f"profile{n}", setting)
-        covered = set()
-        for preflight in (False, True):
-            with profiled_workflow(profile, configfile, tmp_path / "work", preflight=preflight,
-                                   **ON_GPUS) as workflow:  # fmt: skip
-                gpu_rules = {r.name for r in workflow.rules if r.resources.get("gpu") == 1}
-                first = {}
-                for job in planned_jobs(workflow):
-                    first.setdefault(job.rule.name, job)
-                for rule in gpu_rules & set(first):
-                    arguments = set_gres_string(first[rule])
-                    model = setting.get("gpu_model")
-                    if len(gpu_requests(arguments)) != 1 or (
-                        model and f"--gpus={model}:1" not in arguments
-                    ):
-                        wrong.append((setting, rule, arguments))
-                    covered.add(rule)
-        assert covered == gpu_rules == {"seg_train", "seg_attack", "fets_train", "xcal_train",
-                                        "privacy_audit", "preflight"}  # fmt: skip
-    assert not wrong, "\n".join(map(str, wrong))
+        plan = gpu_plan(profile, SMOKE_CONFIG, tmp_path / "work", setting)
+        assert plan["covered"] == GPU_RULES
+        assert not plan["wrong"], "\n".join(map(str, plan["wrong"]))
+
+
+@pytest.mark.slow
+def test_each_gpu_job_of_the_paper_grid_makes_one_gpu_request(paper_plan):
+    """Which GPU a job asks for comes from the profile, not the grid: the paper grid is checked
+    with the template as installed."""
+    assert paper_plan["covered"] == GPU_RULES
+    assert not paper_plan["wrong"], "\n".join(map(str, paper_plan["wrong"]))
+
+
+@pytest.mark.slow
+def test_every_paper_job_asks_slurm_for_what_the_cost_model_predicts(paper_plan):
+    """Every training job of the paper grid goes to the GPU partition with one GPU and the
+    memory and runtime `dpmed.job_cost.request` gives it on a GPU."""
+    from dpmed import job_cost
+    from dpmed.config.checks import check_config, load_config_file
+
+    config = load_config_file(PAPER_CONFIG)
+    grid = check_config(config, REPO / "config" / "schema.yaml")
+    jobs = paper_plan["training"]
+    assert {rule for rule, _, _ in jobs} == set(TRAINING_RULES)
+    assert {"all", "claims", "privacy_audit", "preflight"} <= paper_plan["rules"]
+    for rule, wc, resources in jobs:
+        assert (resources["gpu"], resources["slurm_partition"]) == (1, "gpu"), (rule, wc)
+        study = rule.partition("_")[0]
+        want = job_cost.request(rule, config, wc, grid.params(study, wc), gpu=True)
+        assert (resources["mem_mb"], resources["runtime"]) == (want.mem_mb, want.runtime), (
+            rule, wc, resources)  # fmt: skip
 
 
 def test_every_gpu_rule_goes_to_the_templates_gpu_partition(tmp_path):

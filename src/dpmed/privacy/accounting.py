@@ -108,26 +108,33 @@ def _rdp_one_step(q: float, sigma: float, orders: tuple[float, ...]) -> np.ndarr
 
 @functools.lru_cache(maxsize=16)
 def _binomial_table(orders: tuple[int, ...]) -> tuple[np.ndarray, ...]:
-    """Flattened (α, i, log C(α, i)) for i = 2 … α of every integer order, and segment starts."""
+    """Flattened over every integer order α and i = 2 … α: log C(α, i), i − 2 and α − i (as
+    indices), and the segment starts and lengths."""
     alphas = np.asarray(orders)
     lengths = alphas - 1
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    alpha = np.repeat(alphas, lengths).astype(float)
-    i = (np.arange(lengths.sum()) - np.repeat(starts, lengths) + 2).astype(float)
-    log_binom = gammaln(alpha + 1) - gammaln(i + 1) - gammaln(alpha - i + 1)
-    return alpha, i, log_binom, starts, lengths
+    alpha = np.repeat(alphas, lengths)
+    i = np.arange(lengths.sum()) - np.repeat(starts, lengths) + 2
+    log_binom = gammaln(alpha + 1.0) - gammaln(i + 1.0) - gammaln(alpha - i + 1.0)
+    return log_binom, i - 2, alpha - i, starts, lengths
 
 
 def _log_a_int(q: float, sigma: float, orders: tuple[int, ...]) -> np.ndarray:
     """log A_α at integer α: A_α = Σ_i C(α,i) q^i (1−q)^{α−i} e^{(i²−i)/2σ²}. The binomial
     weights sum to 1, so A_α = 1 + Σ_{i≥2} C(α,i) q^i (1−q)^{α−i} (e^{(i²−i)/2σ²} − 1): summed
-    in log space (log-gamma coefficients), this is exact for tiny A_α − 1 and any α."""
-    alpha, i, log_binom, starts, lengths = _binomial_table(orders)
+    in log space (log-gamma coefficients), this is exact for tiny A_α − 1 and any α. The
+    factors that depend on i or α − i alone are computed once per value k = 0 … max α and
+    gathered (the orders share them: 10^4 values instead of 10^5 terms)."""
+    log_binom, i_from_2, rest, starts, lengths = _binomial_table(orders)
+    k = np.arange(max(orders) + 1, dtype=float)
+    i = k[2:]
     x = (i * i - i) / (2 * sigma**2)
     log_expm1 = np.where(
         x < 1, np.log(np.expm1(np.minimum(x, 1.0))), x + np.log1p(-np.exp(-np.maximum(x, 1.0)))
     )
-    terms = log_binom + i * math.log(q) + (alpha - i) * math.log1p(-q) + log_expm1
+    terms = (
+        log_binom + (i * math.log(q))[i_from_2] + (k * math.log1p(-q))[rest] + log_expm1[i_from_2]
+    )
     peak = np.maximum.reduceat(terms, starts)
     total = np.add.reduceat(np.exp(terms - np.repeat(peak, lengths)), starts)
     return np.logaddexp(0.0, peak + np.log(total))

@@ -219,15 +219,16 @@ def _test_p(claim: Claim, diff: np.ndarray) -> tuple[float, float]:
     return tost, min(1.0, 2.0 * min(above, under))
 
 
-def _dropped(group: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """The pairs of `group` kept (no scale reason, finite values) and what was dropped, counted
-    by reason."""
-    finite = np.isfinite(group[["arm", "baseline"]].to_numpy(float)).all(axis=1)
-    scales = zip(group["scale"], finite, strict=True)
+def _dropped(group: pd.DataFrame) -> tuple[np.ndarray, str]:
+    """The (arm, baseline) pairs of `group` kept (no scale reason, finite values), shape
+    (n, 2), and what was dropped, counted by reason."""
+    pairs = group[["arm", "baseline"]].to_numpy(float)
+    finite = np.isfinite(pairs).all(axis=1)
+    scales = zip(group["scale"].tolist(), finite.tolist(), strict=True)
     reasons = [why if ok else "no finite value" for why, ok in scales]
     counts = Counter(why for why in reasons if why)
     said = "; ".join(f"{n} of {len(group)} pairs dropped: {why}" for why, n in counts.items())
-    return group[[not why for why in reasons]], said
+    return pairs[np.array([not why for why in reasons], dtype=bool)], said
 
 
 def _row(study: str, claim: Claim, cell: str, group: pd.DataFrame | None) -> dict:
@@ -246,13 +247,13 @@ def _row(study: str, claim: Claim, cell: str, group: pd.DataFrame | None) -> dic
             "reason": f"cells absent: needs {claim.needs}",
         }
     kept, row["dropped"] = _dropped(group)
-    diff = (kept["arm"] - kept["baseline"]).to_numpy(float)
+    diff = kept[:, 0] - kept[:, 1]
     row["n_seeds"] = int(diff.size)
     if diff.size == 0:
         return row | {"reason": row["dropped"]}
     mean, low, high = t_interval(diff)
     row |= {
-        "arm_mean": float(kept["arm"].mean()), "baseline_mean": float(kept["baseline"].mean()),
+        "arm_mean": float(kept[:, 0].mean()), "baseline_mean": float(kept[:, 1].mean()),
         "diff_mean": mean, "diff_ci_low": low, "diff_ci_high": high,
     }  # fmt: skip
     if diff.size < claim.min_seeds:
