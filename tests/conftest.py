@@ -19,6 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 SMOKE_CONFIG = REPO / "config" / "smoke.yaml"
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 DATA_STAGE_TARGETS = ["datasets_table", "data_overview", "fets_figure1"]
+# The rules that train or attack one cell, each sized by the job-cost model.
+TRAINING_RULES = ("seg_train", "seg_attack", "fets_train", "xcal_train")
 # Hyperparameters of the tiny seg runs the unit tests train (tests override a few).
 SEG_PARAMS = dict(
     epochs=2,

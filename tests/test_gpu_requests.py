@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO, SMOKE_CONFIG, site_slurm_profile
+from conftest import REPO, SMOKE_CONFIG, TRAINING_RULES, site_slurm_profile
 from snakemake_executor_plugin_slurm.utils import set_gres_string
 
 from dpmed.slurm_profile import SiteProfileError, install
@@ -92,8 +92,7 @@ def gpu_requests(sbatch_arguments: str) -> list[str]:
     return re.findall(r"--gpus[=\s]\S+|--gres[=\s]\S*gpu\S*", sbatch_arguments)
 
 
-GPU_RULES = {"seg_train", "seg_attack", "fets_train", "xcal_train", "privacy_audit", "preflight"}
-TRAINING_RULES = ("seg_train", "seg_attack", "fets_train", "xcal_train")
+GPU_RULES = {*TRAINING_RULES, "privacy_audit", "preflight"}
 
 
 def gpu_plan(profile: Path, configfile: Path, workdir: Path, setting: dict) -> dict[str, Any]:

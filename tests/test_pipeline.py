@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, SMOKE_CONFIG, run_snakemake, site_slurm_profile
+from conftest import REPO, SMOKE_CONFIG, TRAINING_RULES, run_snakemake, site_slurm_profile
 
 pytestmark = pytest.mark.slow
 
 DETERMINISTIC = ("data/processed", "results/tables", "results/figures")
-TRAINING_RULES = ("seg_train", "seg_attack", "fets_train", "xcal_train")
 
 
 def digests(root: Path, folders: tuple[str, ...] = DETERMINISTIC) -> dict[str, str]:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, TRAINING_RULES
 
 from dpmed import job_cost
 from dpmed.config.checks import check_config, load_configs
@@ -24,7 +24,7 @@ from dpmed.slurm_profile import install, user_profile_dir
 
 SMOKE = REPO / "config" / "smoke.yaml"
 ON_GPUS = {"device": "auto"}  # the demo grid as a GPU cluster would run it
-GPU_RULES = {"seg_train", "seg_attack", "fets_train", "xcal_train", "privacy_audit"}
+GPU_RULES = {*TRAINING_RULES, "privacy_audit"}
 
 
 def user_env(home: Path) -> dict[str, str]:
